@@ -1,0 +1,165 @@
+/* libtpurt runtime: devices, memory, storages, views, execution. Public C contract.
+ *
+ * Model (docs/architecture.md):
+ *  - A value is an immutable, refcounted device buffer (internal type tpu_value_t).
+ *  - A storage is the mutable handle behind one PyTorch StorageImpl. It refers to its
+ *    current value; writes produce (or, when donated, reuse) the value it refers to.
+ *  - A view (tpu_view_t) is a strided window of a storage: what an at::Tensor is.
+ *  - Every op becomes one IR node; strict mode submits it at once to the device's
+ *    in-order queue, which a worker thread drains. Reads synchronize.
+ *
+ * Thread-safety: all functions may be called from any thread unless noted. */
+#ifndef TPURT_RUNTIME_H_
+#define TPURT_RUNTIME_H_
+
+#include "tpurt/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- runtime and devices ------------------------------------------------------- */
+
+/* Number of devices of the active driver (host: TORCHTPU_NUM_DEVICES or the count in
+ * TPU_VISIBLE_DEVICES, default 1). Never fails; initializes nothing heavy. */
+int tpu_device_count(void);
+/* Device name and properties. Borrowed string. */
+const char* tpu_device_name(int device);
+const char* tpu_driver_name(void);
+typedef struct tpu_device_props_s {
+  uint64_t total_memory;    /* HBM capacity in bytes */
+  int core_count;           /* compute units (host: CPU cores) */
+  int major, minor;
+} tpu_device_props_t;
+tpu_status_t tpu_device_props(int device, tpu_device_props_t* out_props);
+
+/* Waits until every op queued on the device has run. Returns the first error that an
+ * asynchronously running op raised since the last sync (with the op's name), and
+ * clears it. */
+tpu_status_t tpu_device_synchronize(int device);
+
+/* ---- memory ----------------------------------------------------------------------- */
+
+typedef struct tpu_memory_stats_s {
+  uint64_t allocated, peak_allocated, reserved, peak_reserved;
+  uint64_t alloc_count, free_count, oom_count, capacity;
+} tpu_memory_stats_t;
+tpu_status_t tpu_memory_stats(int device, tpu_memory_stats_t* out_stats);
+void tpu_memory_reset_peak(int device);
+/* Returns cached, unused blocks to the host. */
+void tpu_memory_empty_cache(int device);
+
+/* ---- storages ----------------------------------------------------------------------- */
+
+typedef struct tpu_storage_s tpu_storage_t;
+
+/* Creates a storage of nbytes on device (device memory is taken now, in strict mode).
+ * Fails with TPU_OUT_OF_MEMORY naming requested/allocated/capacity. Caller owns the
+ * returned reference. */
+tpu_status_t tpu_storage_create(int device, uint64_t nbytes, tpu_storage_t** out_storage);
+void tpu_storage_retain(tpu_storage_t* storage);
+/* Accepts NULL. Memory is reclaimed once queued ops that use it have run. */
+void tpu_storage_release(tpu_storage_t* storage);
+uint64_t tpu_storage_nbytes(const tpu_storage_t* storage);
+int tpu_storage_device(const tpu_storage_t* storage);
+/* Grows or shrinks the storage to nbytes, keeping the first min(old,new) bytes
+ * (queued, ordered with other ops). The handle stays the same. */
+tpu_status_t tpu_storage_resize(tpu_storage_t* storage, uint64_t nbytes);
+
+/* A strided window of a storage. Offsets, sizes, strides in elements. */
+typedef struct tpu_view_s {
+  tpu_storage_t* storage; /* borrowed */
+  tpu_dtype_t dtype;
+  int32_t ndim;
+  int64_t offset;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t strides[TPU_MAX_DIMS];
+} tpu_view_t;
+
+int64_t tpu_view_numel(const tpu_view_t* view);
+
+/* Host -> device: copies the dense, row-major bytes at src (dtype and shape of dst) into
+ * dst. src may be reused as soon as this returns. */
+tpu_status_t tpu_copy_from_host(const tpu_view_t* dst, const void* src);
+/* Device -> host: waits for the ops that produce src, then writes src densely (row
+ * major, src's dtype) to dst. Surfaces pending async errors. */
+tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst);
+
+/* ---- ops: the ATen front end ---------------------------------------------------------
+ * The adapter translates each ATen call into a list of tpu_arg_t (one per schema
+ * argument, in order) and calls tpu_op_prepare with the op's table index. libtpurt
+ * validates the arguments, applies the shape and dtype rules, and returns a node with
+ * its output metadata. The adapter then binds each output to a tensor (a new one, self
+ * for in-place forms, the resized out= tensor) and submits. */
+
+typedef enum tpu_arg_kind_e {
+  TPU_ARG_NONE = 0,
+  TPU_ARG_TENSOR,   /* .tensor; undefined tensors are TPU_ARG_NONE */
+  TPU_ARG_SCALAR,   /* number: .scalar_kind says which field; also CPU 0-dim tensors */
+  TPU_ARG_INT,      /* .i (also ScalarType, MemoryFormat, Layout enum values, seeds) */
+  TPU_ARG_DOUBLE,   /* .d */
+  TPU_ARG_BOOL,     /* .b */
+  TPU_ARG_INTLIST,  /* .list / .list_len */
+  TPU_ARG_TENSORLIST, /* .tensors / .list_len; entries with storage NULL are None */
+  TPU_ARG_STRING,   /* .s (borrowed) */
+  TPU_ARG_DOUBLELIST, /* .dlist / .list_len */
+} tpu_arg_kind_t;
+
+typedef enum tpu_scalar_kind_e {
+  TPU_SCALAR_BOOL = 0, TPU_SCALAR_INT = 1, TPU_SCALAR_FLOAT = 2,
+} tpu_scalar_kind_t;
+
+typedef struct tpu_arg_s {
+  tpu_arg_kind_t kind;
+  tpu_scalar_kind_t scalar_kind;  /* TPU_ARG_SCALAR */
+  /* TPU_ARG_SCALAR from a 0-dim CPU tensor that is not a wrapped number: it takes part
+   * in type promotion as a 0-dim tensor of scalar_dtype, not as a Python number. */
+  bool scalar_is_tensor;
+  tpu_dtype_t scalar_dtype;
+  union { int64_t i; double d; bool b; } v;
+  tpu_view_t tensor;
+  const int64_t* list;
+  const double* dlist;
+  const tpu_view_t* tensors;
+  int64_t list_len;
+  const char* s;
+} tpu_arg_t;
+
+typedef enum tpu_variant_e {
+  TPU_VARIANT_FUNCTIONAL = 0, /* outputs are new tensors */
+  TPU_VARIANT_INPLACE = 1,    /* output 0 is argument 0 */
+  TPU_VARIANT_OUT = 2,        /* outputs are the trailing out= arguments */
+} tpu_variant_t;
+
+typedef struct tpu_node_s tpu_node_t;
+
+/* The ATen ops libtpurt implements natively: names like "add.Tensor", "add_.Tensor",
+ * "add.out". Index i is stable for the life of the process. */
+int tpu_aten_op_count(void);
+const char* tpu_aten_op_name(int index);
+
+/* Validates args and builds the node. variant says how outputs are bound. On success
+ * the caller owns *out_node and must pass it to tpu_node_submit or tpu_node_discard. */
+tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* args,
+                            int nargs, tpu_node_t** out_node);
+int tpu_node_output_count(const tpu_node_t* node);
+/* The output's dtype and shape as the op's rules computed them. sizes: TPU_MAX_DIMS. */
+void tpu_node_output_meta(const tpu_node_t* node, int i, tpu_dtype_t* out_dtype,
+                          int32_t* out_ndim, int64_t* out_sizes);
+/* Binds output i. For in-place and out= forms, checks shape and dtype castability the
+ * way PyTorch does. The view's storage is retained by the node. */
+tpu_status_t tpu_node_bind_output(tpu_node_t* node, int i, const tpu_view_t* view);
+/* Queues the node (strict) and consumes it, also on failure. */
+tpu_status_t tpu_node_submit(tpu_node_t* node);
+void tpu_node_discard(tpu_node_t* node);
+/* Op name for messages ("aten::add.Tensor"). Borrowed. */
+const char* tpu_node_name(const tpu_node_t* node);
+
+/* Sets a caller description ("model.py:42") attached to subsequently submitted nodes
+ * on this thread, used in async error messages. Copied. NULL clears it. */
+void tpu_set_call_site(const char* site);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPURT_RUNTIME_H_ */

@@ -1,0 +1,69 @@
+/* ATen front end internals: the table of ATen op names libtpurt implements, and the
+ * helpers that builders use to read arguments and declare outputs. A builder
+ * validates arguments the way PyTorch's CPU backend does (same exception type, the op
+ * named in the message), computes output shapes and dtypes, and fills a node. */
+#ifndef TPURT_ATEN_ATEN_H_
+#define TPURT_ATEN_ATEN_H_
+
+#include "core/internal.h"
+
+typedef struct tpu_build_s {
+  const char* name;      /* "add.Tensor" */
+  tpu_variant_t variant;
+  const tpu_arg_t* args;
+  int nargs;             /* includes trailing out= args for the OUT variant */
+  tpu_node_t* node;
+  const void* data;      /* entry's extra data (e.g. the unary function id) */
+} tpu_build_t;
+
+typedef tpu_status_t (*tpu_build_fn)(tpu_build_t* b);
+
+typedef struct tpu_aten_entry_s {
+  const char* name;
+  tpu_build_fn build;
+  const void* data;
+} tpu_aten_entry_t;
+
+/* Each family exports a NULL-name-terminated entry array. */
+#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random)
+#define TPU__DECL_TAB(f) extern const tpu_aten_entry_t tpu__aten_##f[];
+TPU_ATEN_FAMILIES(TPU__DECL_TAB)
+#undef TPU__DECL_TAB
+
+/* Error helpers: messages start with the op name, as PyTorch's do. */
+tpu_status_t tpu__err(tpu_build_t* b, tpu_status_code_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Argument accessors. Index i counts schema arguments. They fail with TypeError when the
+ * kind is wrong. *_opt variants accept None and return `dflt`. */
+const tpu_arg_t* tpu__arg(tpu_build_t* b, int i);  /* NULL if i >= nargs */
+bool tpu__arg_is_none(tpu_build_t* b, int i);
+tpu_status_t tpu__arg_tensor(tpu_build_t* b, int i, const tpu_view_t** out);
+tpu_status_t tpu__arg_int(tpu_build_t* b, int i, int64_t* out);
+tpu_status_t tpu__arg_int_opt(tpu_build_t* b, int i, int64_t dflt, int64_t* out);
+tpu_status_t tpu__arg_double(tpu_build_t* b, int i, double* out);   /* int/double/scalar */
+tpu_status_t tpu__arg_double_opt(tpu_build_t* b, int i, double dflt, double* out);
+tpu_status_t tpu__arg_bool(tpu_build_t* b, int i, bool* out);
+tpu_status_t tpu__arg_bool_opt(tpu_build_t* b, int i, bool dflt, bool* out);
+tpu_status_t tpu__arg_intlist(tpu_build_t* b, int i, const int64_t** out, int* out_len);
+
+/* Adds input from a tensor or scalar argument (scalars become scalar operands with
+ * dtype for promotion taken from the argument). */
+tpu_status_t tpu__input_from_arg(tpu_build_t* b, int i);
+
+/* Wraps negative dims; IndexError naming the op when out of range. */
+tpu_status_t tpu__wrap_dim(tpu_build_t* b, int64_t dim, int ndim, int* out_dim);
+/* Broadcasts shapes; RuntimeError "The size of tensor a (3) must match ..." on mismatch. */
+tpu_status_t tpu__broadcast(tpu_build_t* b, const int64_t* a, int na, const int64_t* c,
+                            int nc, int64_t* out, int* out_n);
+
+/* PyTorch's result_type over the listed arguments (tensors by dimension category,
+ * 0-dim tensors, wrapped numbers). Arguments that are None are skipped. */
+tpu_dtype_t tpu__result_type(tpu_build_t* b, const int* arg_idx, int n);
+/* The dtype an argument has for promotion purposes (scalar: by its kind). */
+tpu_dtype_t tpu__arg_dtype(const tpu_arg_t* a);
+
+/* For in-place and out=: the dtype outputs will actually be stored as. */
+bool tpu__dtype_ok_for_out(tpu_dtype_t computed, tpu_dtype_t out);
+
+#endif /* TPURT_ATEN_ATEN_H_ */

@@ -1,0 +1,86 @@
+#include "core/internal.h"
+
+size_t tpu_dtype_size(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_U8: case TPU_DTYPE_I8: case TPU_DTYPE_BOOL: return 1;
+    case TPU_DTYPE_I16: case TPU_DTYPE_F16: case TPU_DTYPE_BF16: return 2;
+    case TPU_DTYPE_I32: case TPU_DTYPE_F32: return 4;
+    case TPU_DTYPE_I64: case TPU_DTYPE_F64: return 8;
+    default: return 0;
+  }
+}
+
+const char* tpu_dtype_name(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_U8: return "uint8";
+    case TPU_DTYPE_I8: return "int8";
+    case TPU_DTYPE_I16: return "int16";
+    case TPU_DTYPE_I32: return "int32";
+    case TPU_DTYPE_I64: return "int64";
+    case TPU_DTYPE_F16: return "float16";
+    case TPU_DTYPE_F32: return "float32";
+    case TPU_DTYPE_F64: return "float64";
+    case TPU_DTYPE_BOOL: return "bool";
+    case TPU_DTYPE_BF16: return "bfloat16";
+    default: return "unsupported dtype";
+  }
+}
+
+bool tpu_dtype_is_supported(tpu_dtype_t d) { return tpu_dtype_size(d) != 0; }
+bool tpu_dtype_is_floating(tpu_dtype_t d) {
+  return d == TPU_DTYPE_F16 || d == TPU_DTYPE_F32 || d == TPU_DTYPE_F64 || d == TPU_DTYPE_BF16;
+}
+bool tpu_dtype_is_integral(tpu_dtype_t d, bool include_bool) {
+  switch (d) {
+    case TPU_DTYPE_U8: case TPU_DTYPE_I8: case TPU_DTYPE_I16: case TPU_DTYPE_I32:
+    case TPU_DTYPE_I64: return true;
+    case TPU_DTYPE_BOOL: return include_bool;
+    default: return false;
+  }
+}
+
+/* Rank within the integer lattice (bool lowest); u8 handled separately. */
+static int int_rank(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_BOOL: return 0;
+    case TPU_DTYPE_I8: return 1;
+    case TPU_DTYPE_I16: return 2;
+    case TPU_DTYPE_I32: return 3;
+    case TPU_DTYPE_I64: return 4;
+    default: return -1;
+  }
+}
+
+tpu_dtype_t tpu__promote(tpu_dtype_t a, tpu_dtype_t b) {
+  if (a == TPU_DTYPE_INVALID) return b;
+  if (b == TPU_DTYPE_INVALID) return a;
+  if (a == b) return a;
+  bool fa = tpu_dtype_is_floating(a), fb = tpu_dtype_is_floating(b);
+  if (fa && fb) {
+    if (a == TPU_DTYPE_F64 || b == TPU_DTYPE_F64) return TPU_DTYPE_F64;
+    return TPU_DTYPE_F32; /* f32 with anything, and f16 with bf16 */
+  }
+  if (fa) return a;
+  if (fb) return b;
+  if (a == TPU_DTYPE_BOOL) return b;
+  if (b == TPU_DTYPE_BOOL) return a;
+  if (a == TPU_DTYPE_U8 || b == TPU_DTYPE_U8) {
+    tpu_dtype_t o = a == TPU_DTYPE_U8 ? b : a;
+    return o == TPU_DTYPE_I8 ? TPU_DTYPE_I16 : o;
+  }
+  return int_rank(a) > int_rank(b) ? a : b;
+}
+
+bool tpu__can_cast(tpu_dtype_t from, tpu_dtype_t to) {
+  if (tpu_dtype_is_floating(from) && tpu_dtype_is_integral(to, false)) return false;
+  if (from != TPU_DTYPE_BOOL && to == TPU_DTYPE_BOOL) return false;
+  return true;
+}
+
+tpu_dtype_t tpu__compute_dtype(tpu_dtype_t r) {
+  if (r == TPU_DTYPE_F64) return TPU_DTYPE_F64;
+  if (tpu_dtype_is_floating(r)) return TPU_DTYPE_F32;
+  return TPU_DTYPE_I64;
+}
+
+tpu_dtype_t tpu__default_float(void) { return TPU_DTYPE_F32; }

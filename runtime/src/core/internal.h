@@ -1,0 +1,142 @@
+/* Internal contract of libtpurt: values, nodes, the op-kind table, the driver vtable and
+ * the helpers that kernels and ATen builders share. Not installed. */
+#ifndef TPURT_CORE_INTERNAL_H_
+#define TPURT_CORE_INTERNAL_H_
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "tpurt/runtime.h"
+
+/* ---- host allocation: every host allocation of the runtime goes through these, so
+ * tests can count them and make the Nth one fail (tpu__alloc_fail_after). */
+void* tpu__malloc(size_t n);
+void* tpu__calloc(size_t count, size_t n);
+void* tpu__realloc(void* p, size_t n);
+void tpu__free(void* p);
+void tpu__alloc_fail_after(int64_t n); /* -1 disables */
+char* tpu__strdup(const char* s);
+/* a*b with overflow check; returns false on overflow. */
+static inline bool tpu__mul_ok(uint64_t a, uint64_t b, uint64_t* out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+/* ---- op kinds: what a driver executes. One X-macro file per family. */
+typedef enum tpu_kind_e {
+#define TPU_KIND(name) TPU_KIND_##name,
+#include "core/kinds.def"
+#undef TPU_KIND
+  TPU_KIND_COUNT
+} tpu_kind_t;
+const char* tpu__kind_name(tpu_kind_t kind);
+
+/* ---- values: immutable refcounted device buffers (docs/architecture.md). */
+typedef struct tpu_value_s {
+  atomic_int refs;
+  int device;
+  uint64_t nbytes;
+  void* data; /* device memory; for the host driver, host-addressable */
+} tpu_value_t;
+
+tpu_status_t tpu__value_create(int device, uint64_t nbytes, tpu_value_t** out_value);
+void tpu__value_retain(tpu_value_t* v);
+void tpu__value_release(tpu_value_t* v); /* accepts NULL */
+
+struct tpu_storage_s {
+  atomic_int refs;
+  int device;
+  uint64_t nbytes;
+  tpu_value_t* value; /* current value; changed only by the thread that owns the tensor */
+};
+
+/* ---- operands and nodes. An operand is a strided window of a value, or a scalar. */
+typedef struct tpu_operand_s {
+  tpu_value_t* value; /* retained by the node; NULL for scalars and absent inputs */
+  tpu_dtype_t dtype;
+  int32_t ndim;
+  int64_t offset;
+  int64_t sizes[TPU_MAX_DIMS];
+  int64_t strides[TPU_MAX_DIMS];
+  bool is_scalar;
+  double scalar_d;  /* scalar value as double and as int64 (both always set) */
+  int64_t scalar_i;
+} tpu_operand_t;
+
+#define TPU_NODE_MAX_OUT 4
+#define TPU_NODE_NUM_IATTR 16
+#define TPU_NODE_NUM_DATTR 8
+
+struct tpu_node_s {
+  int aten_index;       /* which ATen entry built it (for messages) */
+  tpu_kind_t kind;      /* what runs */
+  tpu_variant_t variant;
+  tpu_dtype_t compute;  /* compute dtype chosen by the builder (elementwise/reductions) */
+  int n_in, cap_in;
+  tpu_operand_t* in;
+  int n_out;
+  tpu_operand_t out[TPU_NODE_MAX_OUT];
+  bool out_bound[TPU_NODE_MAX_OUT];
+  int64_t ia[TPU_NODE_NUM_IATTR]; /* integer attributes: meaning per kind */
+  double da[TPU_NODE_NUM_DATTR];  /* float attributes */
+  int64_t* ilist;                 /* one owned int-list attribute (dims, sizes, ...) */
+  int ilist_len;
+  char* site;                     /* caller description for messages, owned */
+  struct tpu_node_s* next;        /* queue link */
+};
+
+tpu_node_t* tpu__node_create(void); /* NULL on host OOM */
+/* Adds an input that reads view's storage's current value. */
+tpu_status_t tpu__node_add_input(tpu_node_t* n, const tpu_view_t* view);
+tpu_status_t tpu__node_add_scalar(tpu_node_t* n, double d, int64_t i, tpu_dtype_t dtype);
+tpu_status_t tpu__node_add_absent(tpu_node_t* n); /* an optional input that is None */
+/* Declares output metadata (bound later). Returns its index, or -1 if too many. */
+int tpu__node_add_output(tpu_node_t* n, tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes);
+tpu_status_t tpu__node_set_ilist(tpu_node_t* n, const int64_t* v, int len);
+/* Creates and binds a fresh contiguous output value (used by runtime-internal nodes). */
+tpu_status_t tpu__node_bind_new_output(tpu_node_t* n, int i, int device);
+
+/* Pointer to operand element 0 (value data + offset). Only for device-side code. */
+static inline char* tpu__operand_ptr(const tpu_operand_t* op) {
+  return (char*)op->value->data + op->offset * (int64_t)tpu_dtype_size(op->dtype);
+}
+int64_t tpu__operand_numel(const tpu_operand_t* op);
+bool tpu__operand_is_contiguous(const tpu_operand_t* op);
+
+/* ---- execution */
+tpu_status_t tpu__queue_submit(int device, tpu_node_t* node); /* consumes node */
+void tpu__node_free(tpu_node_t* node);
+const char* tpu__node_describe(const tpu_node_t* node);  /* "aten::add.Tensor" */
+
+/* ---- drivers: a vtable at offset 0 of every driver object. */
+typedef struct tpu_driver_s tpu_driver_t;
+typedef struct tpu_driver_vtable_s {
+  const char* name;
+  int (*device_count)(tpu_driver_t* d);
+  tpu_status_t (*props)(tpu_driver_t* d, int device, tpu_device_props_t* out);
+  /* Device memory for values. alloc returns TPU_OUT_OF_MEMORY when the device is full. */
+  tpu_status_t (*mem_alloc)(tpu_driver_t* d, int device, uint64_t nbytes, void** out_ptr);
+  void (*mem_free)(tpu_driver_t* d, int device, void* ptr, uint64_t nbytes);
+  /* Runs one node whose operands are materialized. Called on the device's queue thread. */
+  tpu_status_t (*execute)(tpu_driver_t* d, int device, tpu_node_t* node);
+  /* Copies between host memory and a value (host driver: memcpy). */
+  tpu_status_t (*write)(tpu_driver_t* d, tpu_value_t* dst, uint64_t off, const void* src, uint64_t n);
+  tpu_status_t (*read)(tpu_driver_t* d, const tpu_value_t* src, uint64_t off, void* dst, uint64_t n);
+} tpu_driver_vtable_t;
+struct tpu_driver_s { const tpu_driver_vtable_t* vt; };
+
+tpu_driver_t* tpu__driver(void);       /* the active driver (host for now) */
+tpu_driver_t* tpu__host_driver(void);
+
+/* ---- memory pool (core/memory.c): caching, capacity-bounded, per device. */
+tpu_status_t tpu__pool_alloc(int device, uint64_t nbytes, void** out_ptr);
+void tpu__pool_free(int device, void* ptr, uint64_t nbytes);
+
+/* ---- dtype rules (core/dtype.c) */
+tpu_dtype_t tpu__promote(tpu_dtype_t a, tpu_dtype_t b);
+/* PyTorch's canCast: no float->int, no non-bool->bool, except to same category. */
+bool tpu__can_cast(tpu_dtype_t from, tpu_dtype_t to);
+/* f32 for f32/bf16/f16, f64 for f64, i64 for integers and bool. */
+tpu_dtype_t tpu__compute_dtype(tpu_dtype_t result);
+tpu_dtype_t tpu__default_float(void); /* float32 */
+
+#endif /* TPURT_CORE_INTERNAL_H_ */

@@ -1,0 +1,169 @@
+#include <stdio.h>
+
+#include "core/internal.h"
+
+static _Thread_local char* tls_site;
+
+void tpu_set_call_site(const char* site) {
+  tpu__free(tls_site);
+  tls_site = site ? tpu__strdup(site) : NULL;
+}
+
+tpu_node_t* tpu__node_create(void) {
+  tpu_node_t* n = tpu__calloc(1, sizeof(*n));
+  if (!n) return NULL;
+  n->aten_index = -1;
+  n->compute = TPU_DTYPE_INVALID;
+  if (tls_site) n->site = tpu__strdup(tls_site);
+  return n;
+}
+
+void tpu__node_free(tpu_node_t* n) {
+  if (!n) return;
+  for (int i = 0; i < n->n_in; ++i) tpu__value_release(n->in[i].value);
+  for (int i = 0; i < n->n_out; ++i) if (n->out_bound[i]) tpu__value_release(n->out[i].value);
+  tpu__free(n->in);
+  tpu__free(n->ilist);
+  tpu__free(n->site);
+  tpu__free(n);
+}
+
+void tpu_node_discard(tpu_node_t* n) { tpu__node_free(n); }
+
+static tpu_operand_t* grow_in(tpu_node_t* n) {
+  if (n->n_in == n->cap_in) {
+    int cap = n->cap_in ? n->cap_in * 2 : 4;
+    tpu_operand_t* in = tpu__realloc(n->in, (size_t)cap * sizeof(*in));
+    if (!in) return NULL;
+    n->in = in;
+    n->cap_in = cap;
+  }
+  tpu_operand_t* op = &n->in[n->n_in++];
+  memset(op, 0, sizeof(*op));
+  return op;
+}
+
+static void operand_from_view(tpu_operand_t* op, const tpu_view_t* v) {
+  op->value = v->storage->value;
+  tpu__value_retain(op->value);
+  op->dtype = v->dtype;
+  op->ndim = v->ndim;
+  op->offset = v->offset;
+  memcpy(op->sizes, v->sizes, sizeof(op->sizes));
+  memcpy(op->strides, v->strides, sizeof(op->strides));
+}
+
+tpu_status_t tpu__node_add_input(tpu_node_t* n, const tpu_view_t* v) {
+  tpu_operand_t* op = grow_in(n);
+  if (!op) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+  operand_from_view(op, v);
+  return NULL;
+}
+
+tpu_status_t tpu__node_add_scalar(tpu_node_t* n, double d, int64_t i, tpu_dtype_t dtype) {
+  tpu_operand_t* op = grow_in(n);
+  if (!op) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+  op->is_scalar = true;
+  op->scalar_d = d;
+  op->scalar_i = i;
+  op->dtype = dtype;
+  return NULL;
+}
+
+tpu_status_t tpu__node_add_absent(tpu_node_t* n) {
+  tpu_operand_t* op = grow_in(n);
+  if (!op) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+  op->dtype = TPU_DTYPE_INVALID;
+  return NULL;
+}
+
+int tpu__node_add_output(tpu_node_t* n, tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes) {
+  if (n->n_out >= TPU_NODE_MAX_OUT) return -1;
+  tpu_operand_t* op = &n->out[n->n_out];
+  memset(op, 0, sizeof(*op));
+  op->dtype = dtype;
+  op->ndim = ndim;
+  for (int i = 0; i < ndim; ++i) op->sizes[i] = sizes[i];
+  return n->n_out++;
+}
+
+tpu_status_t tpu__node_set_ilist(tpu_node_t* n, const int64_t* v, int len) {
+  tpu__free(n->ilist);
+  n->ilist = tpu__malloc(sizeof(int64_t) * (size_t)(len > 0 ? len : 1));
+  if (!n->ilist) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+  if (len) memcpy(n->ilist, v, sizeof(int64_t) * (size_t)len);
+  n->ilist_len = len;
+  return NULL;
+}
+
+int tpu_node_output_count(const tpu_node_t* n) { return n->n_out; }
+
+void tpu_node_output_meta(const tpu_node_t* n, int i, tpu_dtype_t* dt, int32_t* nd, int64_t* sz) {
+  const tpu_operand_t* op = &n->out[i];
+  *dt = op->dtype;
+  *nd = op->ndim;
+  for (int k = 0; k < op->ndim; ++k) sz[k] = op->sizes[k];
+}
+
+static void fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
+  size_t o = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < nd && o < cap; ++i)
+    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
+  if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
+  if (i < 0 || i >= n->n_out)
+    return tpu_status_make(TPU_INTERNAL, "%s: output %d out of range", tpu_node_name(n), i);
+  tpu_operand_t* op = &n->out[i];
+  bool same = v->ndim == op->ndim;
+  for (int k = 0; same && k < v->ndim; ++k) same = v->sizes[k] == op->sizes[k];
+  if (!same) {
+    char a[256], b[256];
+    fmt_shape(a, sizeof a, v->ndim, v->sizes);
+    fmt_shape(b, sizeof b, op->ndim, op->sizes);
+    return tpu_status_make(TPU_INVALID_ARGUMENT,
+                           "%s: output with shape %s doesn't match the broadcast shape %s",
+                           tpu_node_name(n), a, b);
+  }
+  if (v->dtype != op->dtype) {
+    if (n->variant == TPU_VARIANT_FUNCTIONAL || !tpu__can_cast(op->dtype, v->dtype))
+      return tpu_status_make(TPU_INVALID_ARGUMENT,
+                             "%s: result type %s can't be cast to the desired output type %s",
+                             tpu_node_name(n), tpu_dtype_name(op->dtype), tpu_dtype_name(v->dtype));
+  }
+  if (!tpu_dtype_is_supported(v->dtype))
+    return tpu_status_make(TPU_TYPE_ERROR, "%s: unsupported output dtype", tpu_node_name(n));
+  if (n->out_bound[i]) tpu__value_release(op->value);
+  operand_from_view(op, v);
+  n->out_bound[i] = true;
+  return NULL;
+}
+
+tpu_status_t tpu__node_bind_new_output(tpu_node_t* n, int i, int device) {
+  tpu_operand_t* op = &n->out[i];
+  uint64_t nbytes = tpu_dtype_size(op->dtype);
+  int64_t st = 1;
+  for (int k = op->ndim - 1; k >= 0; --k) { op->strides[k] = st; st *= op->sizes[k]; }
+  if (!tpu__mul_ok(nbytes, (uint64_t)st, &nbytes))
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "output size overflows");
+  TPU_RETURN_IF_ERROR(tpu__value_create(device, nbytes, &op->value));
+  op->offset = 0;
+  n->out_bound[i] = true;
+  return NULL;
+}
+
+int64_t tpu__operand_numel(const tpu_operand_t* op) {
+  int64_t n = 1;
+  for (int i = 0; i < op->ndim; ++i) n *= op->sizes[i];
+  return n;
+}
+
+bool tpu__operand_is_contiguous(const tpu_operand_t* op) {
+  int64_t st = 1;
+  for (int i = op->ndim - 1; i >= 0; --i) {
+    if (op->sizes[i] != 1 && op->strides[i] != st) return false;
+    st *= op->sizes[i];
+  }
+  return true;
+}

@@ -1,0 +1,120 @@
+/* Per-device in-order queue drained by one worker thread (strict mode).
+ *
+ * The submitting thread returns as soon as the node is linked in. The worker runs nodes
+ * in order through the driver; the first error becomes the device's sticky error,
+ * reported (with the op's name and call site) by the next synchronize, after which
+ * nodes queued behind the failed one are still run: they read well-defined, if stale,
+ * memory, exactly as a CUDA stream does after a kernel fault. TPU_LAUNCH_BLOCKING=1
+ * makes submit wait for the node, so the error surfaces at the op that caused it. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+#define MAX_DEVICES 64
+
+typedef struct queue_s {
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work, cv_done;
+  bool started;
+  pthread_t thread;
+  tpu_node_t *head, *tail;
+  uint64_t submitted, completed;
+  tpu_status_t error; /* sticky, first async error */
+  int device;
+} queue_t;
+
+static queue_t queues[MAX_DEVICES];
+static pthread_once_t queues_once = PTHREAD_ONCE_INIT;
+static bool launch_blocking;
+
+static void init_queues(void) {
+  for (int i = 0; i < MAX_DEVICES; ++i) {
+    pthread_mutex_init(&queues[i].mu, NULL);
+    pthread_cond_init(&queues[i].cv_work, NULL);
+    pthread_cond_init(&queues[i].cv_done, NULL);
+    queues[i].device = i;
+  }
+  const char* e = getenv("TPU_LAUNCH_BLOCKING");
+  launch_blocking = e && *e && *e != '0';
+}
+
+static void run_node(queue_t* q, tpu_node_t* n) {
+  tpu_status_t st = tpu__driver()->vt->execute(tpu__driver(), q->device, n);
+  if (st) {
+    st = tpu_status_annotate(st, "error in %s%s%s (raised asynchronously; reported at this "
+                             "synchronization)", tpu__node_describe(n),
+                             n->site ? " called at " : "", n->site ? n->site : "");
+    pthread_mutex_lock(&q->mu);
+    if (!q->error) q->error = st; else tpu_status_free(st);
+    pthread_mutex_unlock(&q->mu);
+  }
+  tpu__node_free(n);
+}
+
+static void* worker(void* arg) {
+  queue_t* q = arg;
+  for (;;) {
+    pthread_mutex_lock(&q->mu);
+    while (!q->head) pthread_cond_wait(&q->cv_work, &q->mu);
+    tpu_node_t* n = q->head;
+    q->head = n->next;
+    if (!q->head) q->tail = NULL;
+    pthread_mutex_unlock(&q->mu);
+    run_node(q, n);
+    pthread_mutex_lock(&q->mu);
+    q->completed++;
+    pthread_cond_broadcast(&q->cv_done);
+    pthread_mutex_unlock(&q->mu);
+  }
+  return NULL;
+}
+
+static queue_t* get_queue(int device) {
+  pthread_once(&queues_once, init_queues);
+  if (device < 0 || device >= MAX_DEVICES) return NULL;
+  return &queues[device];
+}
+
+tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
+  queue_t* q = get_queue(device);
+  if (!q) { tpu__node_free(n); return tpu_status_make(TPU_INVALID_ARGUMENT, "bad device %d", device); }
+  n->next = NULL;
+  pthread_mutex_lock(&q->mu);
+  if (!q->started) {
+    if (pthread_create(&q->thread, NULL, worker, q) != 0) {
+      pthread_mutex_unlock(&q->mu);
+      tpu__node_free(n);
+      return tpu_status_make(TPU_UNAVAILABLE, "cannot start the queue thread of tpu:%d", device);
+    }
+    pthread_detach(q->thread);
+    q->started = true;
+  }
+  if (q->tail) q->tail->next = n; else q->head = n;
+  q->tail = n;
+  uint64_t ticket = ++q->submitted;
+  pthread_cond_signal(&q->cv_work);
+  if (launch_blocking) {
+    while (q->completed < ticket) pthread_cond_wait(&q->cv_done, &q->mu);
+    tpu_status_t err = q->error;
+    q->error = NULL;
+    pthread_mutex_unlock(&q->mu);
+    return err;
+  }
+  pthread_mutex_unlock(&q->mu);
+  return NULL;
+}
+
+tpu_status_t tpu_device_synchronize(int device) {
+  if (device < 0 || device >= tpu_device_count())
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "invalid device index %d (device count %d)",
+                           device, tpu_device_count());
+  queue_t* q = get_queue(device);
+  pthread_mutex_lock(&q->mu);
+  while (q->completed < q->submitted) pthread_cond_wait(&q->cv_done, &q->mu);
+  tpu_status_t err = q->error;
+  q->error = NULL;
+  pthread_mutex_unlock(&q->mu);
+  return err;
+}

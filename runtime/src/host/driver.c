@@ -1,0 +1,129 @@
+/* The host driver: runs the TPU programming model on the CPU. Device memory is
+ * 64-byte-aligned host memory; each node runs through the kernel table. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "host/host.h"
+
+static tpu_host_kernel_fn kernels[TPU_KIND_COUNT];
+static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
+
+static tpu_status_t copy_kernel(tpu_node_t* n);
+
+static void init_kernels(void) {
+  kernels[TPU_KIND_COPY] = copy_kernel;
+#define TPU__REG(f) tpu__host_register_##f(kernels);
+  TPU_HOST_FAMILIES(TPU__REG)
+#undef TPU__REG
+}
+
+static int host_device_count(tpu_driver_t* d) {
+  (void)d;
+  const char* e = getenv("TORCHTPU_NUM_DEVICES");
+  if (e && *e) {
+    int n = atoi(e);
+    return n > 0 && n <= 64 ? n : 1;
+  }
+  e = getenv("TPU_VISIBLE_DEVICES");
+  if (e && *e) {
+    int n = 1;
+    for (const char* p = e; *p; ++p) n += *p == ',';
+    return n <= 64 ? n : 64;
+  }
+  return 1;
+}
+
+static tpu_status_t host_props(tpu_driver_t* d, int device, tpu_device_props_t* out) {
+  (void)d; (void)device;
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : (16ull << 30);
+  out->total_memory = phys / 2; /* default HBM: half the host's memory */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  out->core_count = ncpu > 0 ? (int)ncpu : 1;
+  out->major = 1;
+  out->minor = 0;
+  return NULL;
+}
+
+static tpu_status_t host_alloc(tpu_driver_t* d, int device, uint64_t n, void** out) {
+  (void)d;
+  void* p = NULL;
+  if (posix_memalign(&p, 64, n ? n : 64) != 0 || !p)
+    return tpu_status_make(TPU_OUT_OF_MEMORY, "tpu:%d: host memory exhausted allocating %llu bytes",
+                           device, (unsigned long long)n);
+  *out = p;
+  return NULL;
+}
+
+static void host_free(tpu_driver_t* d, int device, void* p, uint64_t n) {
+  (void)d; (void)device; (void)n;
+  free(p);
+}
+
+static tpu_status_t host_execute(tpu_driver_t* d, int device, tpu_node_t* n) {
+  (void)d; (void)device;
+  pthread_once(&kernels_once, init_kernels);
+  tpu_host_kernel_fn fn = n->kind >= 0 && n->kind < TPU_KIND_COUNT ? kernels[n->kind] : NULL;
+  if (!fn)
+    return tpu_status_make(TPU_UNIMPLEMENTED, "host driver has no kernel for op kind %s",
+                           tpu__kind_name(n->kind));
+  for (int i = 0; i < n->n_out; ++i)
+    if (!n->out_bound[i])
+      return tpu_status_make(TPU_INTERNAL, "%s: output %d not bound", tpu__node_describe(n), i);
+  return fn(n);
+}
+
+static tpu_status_t host_write(tpu_driver_t* d, tpu_value_t* dst, uint64_t off, const void* src, uint64_t n) {
+  (void)d;
+  memcpy((char*)dst->data + off, src, n);
+  return NULL;
+}
+
+static tpu_status_t host_read(tpu_driver_t* d, const tpu_value_t* src, uint64_t off, void* dst, uint64_t n) {
+  (void)d;
+  memcpy(dst, (const char*)src->data + off, n);
+  return NULL;
+}
+
+static const tpu_driver_vtable_t host_vtable = {
+    .name = "host",
+    .device_count = host_device_count,
+    .props = host_props,
+    .mem_alloc = host_alloc,
+    .mem_free = host_free,
+    .execute = host_execute,
+    .write = host_write,
+    .read = host_read,
+};
+
+static tpu_driver_t host_driver = {&host_vtable};
+tpu_driver_t* tpu__host_driver(void) { return &host_driver; }
+
+/* COPY: out0 = cast(in0), both strided, broadcasting in0 to out0's shape. */
+static void copy_tile(int64_t n, void* out, const void* const* in, const tpu_node_t* node) {
+  (void)node;
+  memcpy(out, in[0], (size_t)n * tpu_dtype_size(node->compute));
+}
+
+static tpu_status_t copy_kernel(tpu_node_t* n) {
+  tpu_operand_t* o = &n->out[0];
+  const tpu_operand_t* i = &n->in[0];
+  if (!i->is_scalar && i->dtype == o->dtype && i->ndim == o->ndim &&
+      tpu__operand_is_contiguous(i) && tpu__operand_is_contiguous(o)) {
+    bool same_shape = true;
+    for (int k = 0; k < o->ndim; ++k) same_shape &= i->sizes[k] == o->sizes[k];
+    if (same_shape) {
+      memmove(tpu__operand_ptr(o), tpu__operand_ptr(i),
+              (size_t)tpu__operand_numel(o) * tpu_dtype_size(o->dtype));
+      return NULL;
+    }
+  }
+  /* Copy in the destination's dtype when it is exact for the source, else in the
+   * widest compute dtype of the pair. */
+  tpu_dtype_t c = tpu__compute_dtype(o->dtype);
+  if (tpu_dtype_is_floating(i->dtype) && !tpu_dtype_is_floating(o->dtype)) c = TPU_DTYPE_F64;
+  if (i->dtype == TPU_DTYPE_F64 || o->dtype == TPU_DTYPE_F64) c = TPU_DTYPE_F64;
+  if (i->dtype == TPU_DTYPE_I64 && tpu_dtype_is_floating(o->dtype)) c = TPU_DTYPE_F64;
+  n->compute = c;
+  return tpu__tile_run(n, c, copy_tile);
+}
