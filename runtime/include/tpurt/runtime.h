@@ -85,6 +85,10 @@ tpu_status_t tpu_copy_from_host(const tpu_view_t* dst, const void* src);
  * major, src's dtype) to dst. Surfaces pending async errors. */
 tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst);
 
+/* Device -> device on one device: dst = src broadcast to dst's shape and cast to dst's
+ * dtype (queued). */
+tpu_status_t tpu_copy(const tpu_view_t* dst, const tpu_view_t* src);
+
 /* ---- ops: the ATen front end ---------------------------------------------------------
  * The adapter translates each ATen call into a list of tpu_arg_t (one per schema
  * argument, in order) and calls tpu_op_prepare with the op's table index. libtpurt

@@ -63,7 +63,7 @@ static tpu_status_t build_fill(tpu_build_t* b) {
 }
 
 /* copy_(self, src, non_blocking): dtype conversion and broadcasting of src into self. */
-static tpu_status_t build_copy(tpu_build_t* b) {
+__attribute__((unused)) static tpu_status_t build_copy(tpu_build_t* b) {
   const tpu_view_t* self;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
   TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, 1));
@@ -112,6 +112,5 @@ const tpu_aten_entry_t tpu__aten_elementwise[] = {
     {"neg", build_ew, &d_neg}, {"neg_", build_ew, &d_neg}, {"neg.out", build_ew, &d_neg},
     {"exp", build_ew, &d_exp}, {"exp_", build_ew, &d_exp}, {"exp.out", build_ew, &d_exp},
     {"fill_.Scalar", build_fill, NULL}, {"fill_.Tensor", build_fill, NULL},
-    {"copy_", build_copy, NULL},
     {NULL, NULL, NULL},
 };

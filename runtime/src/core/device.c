@@ -92,3 +92,29 @@ tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst) {
   }
   return NULL;
 }
+
+tpu_status_t tpu_copy(const tpu_view_t* dst, const tpu_view_t* src) {
+  if (!view_in_bounds(dst) || !view_in_bounds(src))
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "copy_: view out of bounds");
+  if (dst->storage->device != src->storage->device)
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "copy_: tpu:%d -> tpu:%d needs a host hop",
+                           src->storage->device, dst->storage->device);
+  for (int i = 0; i < src->ndim; ++i) {
+    int d = dst->ndim - src->ndim + i;
+    if (d < 0 ? src->sizes[i] != 1 : (src->sizes[i] != 1 && src->sizes[i] != dst->sizes[d]))
+      return tpu_status_make(TPU_INVALID_ARGUMENT, "copy_: source shape is not broadcastable "
+                             "to the destination shape");
+  }
+  if (tpu_view_numel(dst) == 0) return NULL;
+  tpu_node_t* n = tpu__node_create();
+  if (!n) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM");
+  n->kind = TPU_KIND_COPY;
+  n->variant = TPU_VARIANT_OUT;
+  tpu_status_t st = tpu__node_add_input(n, src);
+  if (!st) {
+    tpu__node_add_output(n, dst->dtype, dst->ndim, dst->sizes);
+    st = tpu_node_bind_output(n, 0, dst);
+  }
+  if (st) { tpu__node_free(n); return st; }
+  return tpu__queue_submit(dst->storage->device, n);
+}

@@ -126,7 +126,7 @@ tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
                            "%s: output with shape %s doesn't match the broadcast shape %s",
                            tpu_node_name(n), a, b);
   }
-  if (v->dtype != op->dtype) {
+  if (v->dtype != op->dtype && n->kind != TPU_KIND_COPY) { /* copies cast freely */
     if (n->variant == TPU_VARIANT_FUNCTIONAL || !tpu__can_cast(op->dtype, v->dtype))
       return tpu_status_make(TPU_INVALID_ARGUMENT,
                              "%s: result type %s can't be cast to the desired output type %s",

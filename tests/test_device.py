@@ -1,0 +1,176 @@
+"""The tpu device as a PyTorch user sees it: registration, device module, copies,
+serialization, generators, memory statistics and errors."""
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import torchtpu
+from tolerances import assert_close
+
+
+def test_accelerator_is_tpu():
+    assert torch.accelerator.current_accelerator() == torch.device("tpu")
+    assert torch.accelerator.is_available()
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() >= 1
+    assert torch.tpu.current_device() == 0
+    assert "TPU" in torch.tpu.get_device_name()
+    props = torch.tpu.get_device_properties(0)
+    assert props.total_memory > 0
+    torch.accelerator.synchronize()
+    torch.tpu.synchronize()
+
+
+def test_autoload_through_plain_import_torch():
+    code = "import torch; x = torch.ones(2, device='tpu'); print(x.device, torch.tpu.device_count())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "tpu:0" in out.stdout
+
+
+def test_several_host_devices():
+    code = ("import torch, torchtpu; assert torch.tpu.device_count() == 3;"
+            "x = torch.arange(4.).to('tpu:2'); y = x.to('tpu:1') * 2; print(y.device, y.cpu().tolist())")
+    env = dict(os.environ, TORCHTPU_NUM_DEVICES="3")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "tpu:1 [0.0, 2.0, 4.0, 6.0]" in out.stdout
+    env = dict(os.environ, TPU_VISIBLE_DEVICES="0,1")
+    env.pop("TORCHTPU_NUM_DEVICES", None)
+    out = subprocess.run([sys.executable, "-c", "import torch, torchtpu; print(torch.tpu.device_count())"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == "2", out.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64,
+                                   torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool])
+def test_roundtrip_dtypes(dtype):
+    x = (torch.randn(5, 7) * 10).to(dtype)
+    t = x.to("tpu")
+    assert t.device.type == "tpu" and t.dtype == dtype and t.is_tpu
+    assert torch.equal(t.cpu(), x)
+    # non-contiguous source and destination
+    assert torch.equal(x.t().to("tpu").cpu(), x.t())
+    assert torch.equal(t.t().cpu(), x.t())
+    assert torch.equal(t[1:4, ::2].cpu(), x[1:4, ::2])
+
+
+def test_tensor_methods_and_printing():
+    x = torch.tensor([[1.5, -2.0], [3.0, 4.25]])
+    t = x.tpu()
+    assert t.item() if t.numel() == 1 else True
+    assert t[1, 1].item() == 4.25
+    assert t.tolist() == x.tolist()
+    s = str(t)
+    assert "device='tpu:0'" in s and "4.2500" in s
+    m = torch.nn.Linear(2, 3).to("tpu")
+    assert all(p.device.type == "tpu" for p in m.parameters())
+    m2 = torch.nn.Linear(2, 3).tpu()
+    assert next(m2.parameters()).is_tpu
+
+
+def test_save_load_map_location(tmp_path):
+    x = torch.randn(3, 4)
+    t = x.to("tpu")
+    buf = io.BytesIO()
+    torch.save({"t": t, "c": x}, buf)
+    buf.seek(0)
+    d = torch.load(buf)
+    assert d["t"].device.type == "tpu" and torch.equal(d["t"].cpu(), x)
+    buf.seek(0)
+    d = torch.load(buf, map_location="cpu")
+    assert d["t"].device.type == "cpu" and torch.equal(d["t"], x)
+    buf2 = io.BytesIO()
+    torch.save(x, buf2)
+    buf2.seek(0)
+    y = torch.load(buf2, map_location="tpu")
+    assert y.device.type == "tpu" and torch.equal(y.cpu(), x)
+
+
+def test_pin_memory():
+    x = torch.randn(16)
+    p = x.pin_memory()
+    assert p.is_pinned()
+    assert torch.equal(p.to("tpu", non_blocking=True).cpu(), x)
+
+
+def test_generator_reproducible():
+    g = torch.Generator(device="tpu")
+    assert g.device.type == "tpu"
+    g.manual_seed(3)
+    s = g.get_state()
+    g.manual_seed(4)
+    g.set_state(s)
+    torch.manual_seed(0)
+    st = torch.tpu.get_rng_state()
+    torch.tpu.set_rng_state(st)
+    torch.tpu.manual_seed_all(1)
+
+
+def test_memory_stats_and_empty_cache():
+    torch.tpu.synchronize()
+    base = torch.tpu.memory_allocated()
+    t = torch.empty(1 << 20, device="tpu")
+    assert torch.tpu.memory_allocated() >= base + (4 << 20)
+    assert torch.accelerator.memory_allocated() == torch.tpu.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() >= torch.tpu.memory_allocated()
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.tpu.memory_allocated()
+    del t
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() == base
+    torch.accelerator.empty_cache()
+    torch.tpu.empty_cache()
+    assert torch.tpu.memory_reserved() <= torch.tpu.max_memory_reserved()
+
+
+def test_out_of_memory_raises_and_recovers():
+    code = ("import torch, torchtpu\n"
+            "try:\n    torch.empty(1 << 22, device='tpu')\nexcept torch.OutOfMemoryError as e:\n"
+            "    print('OOM', 'capacity' in str(e))\n"
+            "x = torch.ones(1000, device='tpu'); print(x.sum().item() if hasattr(x, 'sum') else 0)\n")
+    env = dict(os.environ, TORCHTPU_HBM_BYTES=str(1 << 20))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "OOM True" in out.stdout
+
+
+def test_bad_device_index():
+    with pytest.raises(RuntimeError, match="device"):
+        torch.ones(2, device="tpu:7")
+    with pytest.raises(RuntimeError):
+        torch.tpu.set_device(9)
+
+
+def test_mixed_device_error_names_op():
+    a = torch.ones(3, device="tpu")
+    with pytest.raises(RuntimeError, match="same device"):
+        a + torch.ones(3)
+
+
+def test_shape_mismatch_error_names_op():
+    with pytest.raises(RuntimeError, match=r"add.*must match the size"):
+        torch.ones(3, device="tpu") + torch.ones(4, device="tpu")
+
+
+def test_fallback_counted_and_refusable():
+    torchtpu.reset_fallback_report()
+    x = torch.tensor([4.0, 9.0], device="tpu")
+    # An op libtpurt does not implement natively runs on CPU, counted and warned once.
+    op = torch.special.bessel_j0
+    with pytest.warns(UserWarning, match="not implemented natively"):
+        y = op(x)
+    assert_close(y, op(x.cpu()))
+    assert any("bessel_j0" in k for k in torchtpu.fallback_report())
+    torchtpu.set_fallback("error")
+    try:
+        with pytest.raises(NotImplementedError, match="fallback is disabled"):
+            op(x)
+    finally:
+        torchtpu.set_fallback("warn")
+    with pytest.raises(ValueError):
+        torchtpu.set_fallback("sometimes")

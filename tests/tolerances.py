@@ -1,0 +1,23 @@
+"""The one table of comparison tolerances, per dtype (tpu result vs PyTorch CPU).
+
+f32: kernels may reassociate sums (blocked GEMM, pairwise reductions) -> ~1e-5 relative.
+bf16/f16: 8/11-bit mantissas; one rounding step of difference is expected."""
+import torch
+
+TOLERANCES = {
+    torch.float32: dict(atol=1e-5, rtol=1.3e-5),
+    torch.float64: dict(atol=1e-10, rtol=1e-9),
+    torch.bfloat16: dict(atol=1e-2, rtol=1.6e-2),
+    torch.float16: dict(atol=1e-3, rtol=1e-3),
+}
+
+
+def tol(dtype):
+    return TOLERANCES.get(dtype, dict(atol=0, rtol=0))
+
+
+def assert_close(actual, expected, dtype=None, **override):
+    """Compares a tpu result with the CPU reference using the table (exact for ints/bool)."""
+    kw = tol(dtype or expected.dtype)
+    kw.update(override)
+    torch.testing.assert_close(actual.cpu(), expected, **kw)

@@ -1,0 +1,56 @@
+"""torchtpu: a native PyTorch device "tpu" backed by the C runtime libtpurt.
+
+`import torchtpu` (or plain `import torch`, through the torch.backends entry point)
+makes "tpu" a PyTorch device. Environment variables: torchtpu/_env.py."""
+from __future__ import annotations
+
+import importlib.util
+import torch
+
+from . import _C  # noqa: E402  (loads libtpurt and registers kernels)
+from . import device as _device_module  # noqa: E402
+
+__all__ = ["fallback_report", "set_fallback", "get_fallback", "native_ops"]
+
+
+def _register() -> None:
+    if getattr(torch, "tpu", None) is _device_module:
+        return
+    if importlib.util.find_spec("torch_tpu") is not None:
+        raise RuntimeError(
+            "torchtpu: Google's torch_tpu package is installed in this environment; both "
+            "claim the PrivateUse1 device 'tpu'. Uninstall one of them.")
+    torch.utils.rename_privateuse1_backend("tpu")
+    torch._register_device_module("tpu", _device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    torch.set_autocast_dtype("tpu", torch.bfloat16)
+
+
+_register()
+
+
+def _autoload() -> None:
+    """Entry point for `import torch` autoload (torch.backends group)."""
+
+
+def fallback_report() -> dict[str, int]:
+    """Ops that ran through the CPU fallback in this process, with call counts."""
+    return dict(_C._fallback_counts())
+
+
+def reset_fallback_report() -> None:
+    _C._reset_fallback_counts()
+
+
+def set_fallback(mode: str) -> None:
+    """'warn' (default), 'allow', or 'error' (ops without a native kernel raise)."""
+    _C._set_fallback(mode)
+
+
+def get_fallback() -> str:
+    return _C._get_fallback()
+
+
+def native_ops() -> list[str]:
+    """ATen ops with a native libtpurt kernel."""
+    return list(_C._native_ops())

@@ -1,0 +1,15 @@
+"""Every environment variable torchtpu reads, with its meaning and default. The C
+runtime reads the ones marked (C) itself; they are listed here so there is one place to
+look."""
+
+ENV_VARS = {
+    "TORCHTPU_NUM_DEVICES": "(C) number of host-driver devices (default 1)",
+    "TPU_VISIBLE_DEVICES": "(C) comma-separated device list; its length is the device count "
+                           "when TORCHTPU_NUM_DEVICES is unset",
+    "TORCHTPU_HBM_BYTES": "(C) per-device memory capacity in bytes (default: half of host RAM)",
+    "TPU_LAUNCH_BLOCKING": "(C) 1: every op finishes before the next is issued, errors "
+                           "surface at the op that caused them (default 0)",
+    "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
+                         "'allow' (run silently), 'error' (raise NotImplementedError)",
+    "TORCH_DEVICE_BACKEND_AUTOLOAD": "PyTorch's: 0 disables loading torchtpu on `import torch`",
+}

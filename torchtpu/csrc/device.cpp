@@ -1,0 +1,271 @@
+// Device-level registrations: allocator, pinned host allocator, device guard, hooks,
+// generator. Each is a translation onto libtpurt calls.
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_set>
+
+#include "adapter.h"
+
+namespace torchtpu {
+
+[[noreturn]] void raise(tpu_status_t st) {
+  std::string msg = tpu_status_message(st);
+  tpu_status_code_t code = tpu_status_code(st);
+  tpu_status_free(st);
+  switch (code) {
+    case TPU_TYPE_ERROR: TORCH_CHECK_TYPE(false, msg);
+    case TPU_INDEX_ERROR: TORCH_CHECK_INDEX(false, msg);
+    case TPU_VALUE_ERROR: TORCH_CHECK_VALUE(false, msg);
+    case TPU_OUT_OF_MEMORY: TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+    case TPU_UNIMPLEMENTED: TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    default: TORCH_CHECK(false, msg);
+  }
+}
+
+tpu_view_t view_of(const at::Tensor& t) {
+  tpu_view_t v{};
+  TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, "tpu tensors support at most ", TPU_MAX_DIMS,
+              " dimensions, got ", t.dim());
+  v.storage = storage_of(t);
+  v.dtype = static_cast<tpu_dtype_t>(t.scalar_type());
+  v.ndim = static_cast<int32_t>(t.dim());
+  v.offset = t.storage_offset();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    v.sizes[i] = t.size(i);
+    v.strides[i] = t.stride(i);
+  }
+  return v;
+}
+
+static_assert(TPU_DTYPE_F32 == static_cast<int>(at::kFloat) &&
+              TPU_DTYPE_BF16 == static_cast<int>(at::kBFloat16) &&
+              TPU_DTYPE_BOOL == static_cast<int>(at::kBool) &&
+              TPU_DTYPE_U8 == static_cast<int>(at::kByte) &&
+              TPU_DTYPE_F16 == static_cast<int>(at::kHalf) &&
+              TPU_DTYPE_I64 == static_cast<int>(at::kLong),
+              "tpu_dtype_t must equal c10::ScalarType");
+
+// ---- current device --------------------------------------------------------------
+static thread_local c10::DeviceIndex tls_device = 0;
+c10::DeviceIndex current_device() { return tls_device; }
+void set_current_device(c10::DeviceIndex d) {
+  TORCH_CHECK(d >= 0 && d < tpu_device_count(), "Invalid device index tpu:", int(d),
+              " (device count ", tpu_device_count(), ")");
+  tls_device = d;
+}
+
+// ---- allocator --------------------------------------------------------------------
+static void delete_storage(void* ctx) { tpu_storage_release(static_cast<tpu_storage_t*>(ctx)); }
+
+struct TpuAllocator final : c10::DeviceAllocator {
+  at::DataPtr allocate(size_t n) override {
+    c10::DeviceIndex d = current_device();
+    tpu_storage_t* s = nullptr;
+    check(tpu_storage_create(d, n, &s));
+    // The data pointer is the opaque storage handle, as a CUDA pointer is opaque.
+    return {s, s, &delete_storage, at::Device(c10::DeviceType::PrivateUse1, d)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &delete_storage; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    TORCH_CHECK(false, "tpu: raw copy_data between device handles is not supported; "
+                "copy tensors instead");
+  }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {
+    for (int d = 0; d < tpu_device_count(); ++d) {
+      check(tpu_device_synchronize(d));
+      tpu_memory_empty_cache(d);
+    }
+  }
+  void recordStream(const at::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex d) override {
+    tpu_memory_stats_t s{};
+    check(tpu_memory_stats(d, &s));
+    c10::CachingDeviceAllocator::DeviceStats out;
+    auto fill = [](c10::CachingAllocator::StatArray& a, int64_t cur, int64_t peak, int64_t alloc,
+                   int64_t freed) {
+      for (auto& st : a) {
+        st.current = cur;
+        st.peak = peak;
+        st.allocated = alloc;
+        st.freed = freed;
+      }
+    };
+    fill(out.allocated_bytes, s.allocated, s.peak_allocated, 0, 0);
+    fill(out.active_bytes, s.allocated, s.peak_allocated, 0, 0);
+    fill(out.requested_bytes, s.allocated, s.peak_allocated, 0, 0);
+    fill(out.reserved_bytes, s.reserved, s.peak_reserved, 0, 0);
+    fill(out.allocation, s.alloc_count - s.free_count, 0, s.alloc_count, s.free_count);
+    out.num_ooms = static_cast<int64_t>(s.oom_count);
+    return out;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetPeakStats(c10::DeviceIndex d) override { tpu_memory_reset_peak(d); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex d) override {
+    tpu_memory_stats_t s{};
+    check(tpu_memory_stats(d, &s));
+    return {s.capacity - s.reserved, s.capacity};
+  }
+};
+
+static TpuAllocator g_allocator;
+c10::DeviceAllocator* device_allocator() { return &g_allocator; }
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
+
+void resize_storage_bytes(const c10::Storage& storage, size_t nbytes) {
+  auto* impl = storage.unsafeGetStorageImpl();
+  auto* s = static_cast<tpu_storage_t*>(impl->data_ptr().get_context());
+  TORCH_CHECK(s, "tpu: cannot resize a storage without a device handle");
+  check(tpu_storage_resize(s, nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+// ---- pinned host memory: page-aligned host buffers, tracked so is_pinned() works ------
+static std::mutex g_pinned_mu;
+static std::unordered_set<const void*> g_pinned;
+
+static void delete_pinned(void* p) {
+  {
+    std::lock_guard<std::mutex> lk(g_pinned_mu);
+    g_pinned.erase(p);
+  }
+  std::free(p);
+}
+
+struct PinnedAllocator final : at::Allocator {
+  at::DataPtr allocate(size_t n) override {
+    void* p = nullptr;
+    if (posix_memalign(&p, 4096, n ? n : 1) != 0) p = nullptr;
+    TORCH_CHECK_WITH(OutOfMemoryError, p, "pin_memory: cannot allocate ", n, " bytes");
+    {
+      std::lock_guard<std::mutex> lk(g_pinned_mu);
+      g_pinned.insert(p);
+    }
+    return {p, p, &delete_pinned, at::Device(at::kCPU)};
+  }
+  at::DeleterFnPtr raw_deleter() const override { return &delete_pinned; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+};
+static PinnedAllocator g_pinned_allocator;
+at::Allocator* pinned_allocator() { return &g_pinned_allocator; }
+bool is_pinned(const void* p) {
+  std::lock_guard<std::mutex> lk(g_pinned_mu);
+  return g_pinned.count(p) != 0;
+}
+
+// ---- generator ------------------------------------------------------------------------
+// A CPUGeneratorImpl whose device is tpu: its state (get_state/set_state, manual_seed)
+// behaves like CPU's; each random op draws one 64-bit key from it for libtpurt's
+// counter-based generator.
+struct TpuGenerator : at::CPUGeneratorImpl {
+  explicit TpuGenerator(c10::DeviceIndex d) : CPUGeneratorImpl(c10::default_rng_seed_val) {
+    device_ = c10::Device(c10::DeviceType::PrivateUse1, d);
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+};
+
+const at::Generator& default_generator(c10::DeviceIndex d) {
+  static std::once_flag once;
+  static std::vector<at::Generator> gens;
+  std::call_once(once, [] {
+    for (int i = 0; i < std::max(1, tpu_device_count()); ++i)
+      gens.push_back(at::make_generator<TpuGenerator>(static_cast<c10::DeviceIndex>(i)));
+  });
+  if (d < 0) d = current_device();
+  TORCH_CHECK(d < static_cast<int>(gens.size()), "Invalid device index tpu:", int(d));
+  return gens[d];
+}
+
+at::Generator new_generator(c10::DeviceIndex d) {
+  return at::make_generator<TpuGenerator>(d < 0 ? current_device() : d);
+}
+
+int64_t draw_seed(const std::optional<at::Generator>& gen, c10::DeviceIndex d) {
+  auto* g = at::get_generator_or_default<at::CPUGeneratorImpl>(gen, default_generator(d));
+  std::lock_guard<std::mutex> lk(g->mutex_);
+  return static_cast<int64_t>(g->random64());
+}
+
+// ---- device guard -----------------------------------------------------------------------
+// One in-order queue per device: the default stream. Events record nothing more than
+// "everything queued so far", which synchronize waits for.
+struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+  c10::DeviceType type() const override { return kType; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    if (d.index() != old.index()) set_current_device(d.index());
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kType, current_device()); }
+  void setDevice(c10::Device d) const override { set_current_device(d.index()); }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < tpu_device_count()) tls_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override { return s; }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return static_cast<c10::DeviceIndex>(tpu_device_count());
+  }
+  void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {
+    if (!*event) *event = reinterpret_cast<void*>(1);
+  }
+  void block(void*, const c10::Stream&) const override {}  // one in-order queue
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream& s) const override { check(tpu_device_synchronize(s.device_index())); }
+  void synchronizeEvent(void*) const override { check(tpu_device_synchronize(current_device())); }
+  void synchronizeDevice(const c10::DeviceIndex d) const override { check(tpu_device_synchronize(d)); }
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+// ---- hooks ------------------------------------------------------------------------------
+struct TpuHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return tpu_device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  void init() const override {}
+  c10::DeviceIndex deviceCount() const override { return static_cast<c10::DeviceIndex>(tpu_device_count()); }
+  void setCurrentDevice(c10::DeviceIndex d) const override { set_current_device(d); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    auto old = current_device();
+    set_current_device(d);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override { return exchangeDevice(d); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
+  at::Device getDeviceFromPtr(void* data) const override {
+    return at::Device(c10::DeviceType::PrivateUse1, current_device());
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex d) const override { return default_generator(d); }
+  at::Generator getNewGenerator(c10::DeviceIndex d) const override { return new_generator(d); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    resize_storage_bytes(storage, newsize);
+  }
+};
+
+static bool register_hooks = [] {
+  at::RegisterPrivateUse1HooksInterface(new TpuHooks());
+  return true;
+}();
+
+}  // namespace torchtpu

@@ -1,0 +1,60 @@
+// Python bindings of torchtpu._C: device queries, memory statistics, generators and the
+// fallback report. Thin wrappers over libtpurt and the adapter.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "adapter.h"
+
+namespace py = pybind11;
+using namespace torchtpu;
+
+static py::dict memory_stats(int d) {
+  tpu_memory_stats_t s{};
+  check(tpu_memory_stats(d, &s));
+  py::dict r;
+  r["allocated_bytes"] = s.allocated;
+  r["peak_allocated_bytes"] = s.peak_allocated;
+  r["reserved_bytes"] = s.reserved;
+  r["peak_reserved_bytes"] = s.peak_reserved;
+  r["alloc_count"] = s.alloc_count;
+  r["free_count"] = s.free_count;
+  r["num_ooms"] = s.oom_count;
+  r["capacity_bytes"] = s.capacity;
+  return r;
+}
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torchtpu native extension (libtpurt + PyTorch adapter)";
+  m.def("_device_count", [] { return tpu_device_count(); });
+  m.def("_driver_name", [] { return std::string(tpu_driver_name()); });
+  m.def("_device_name", [](int d) { return std::string(tpu_device_name(d)); });
+  m.def("_device_props", [](int d) {
+    tpu_device_props_t p{};
+    check(tpu_device_props(d, &p));
+    return py::make_tuple(p.total_memory, p.core_count, p.major, p.minor);
+  });
+  m.def("_current_device", [] { return int(current_device()); });
+  m.def("_set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_synchronize", [](int d) {
+    tpu_status_t st;
+    {
+      py::gil_scoped_release nogil;
+      st = tpu_device_synchronize(d);
+    }
+    check(st);
+  });
+  m.def("_memory_stats", &memory_stats);
+  m.def("_reset_peak", [](int d) { tpu_memory_reset_peak(d); });
+  m.def("_empty_cache", [] { device_allocator()->emptyCache(); });
+  m.def("_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("_fallback_counts", [] { return fallback_counts(); });
+  m.def("_reset_fallback_counts", &reset_fallback_counts);
+  m.def("_set_fallback", &set_fallback_mode);
+  m.def("_get_fallback", &fallback_mode);
+  m.def("_native_ops", &native_op_names);
+  m.def("_skipped_ops", &skipped_op_names);
+  m.def("_set_call_site", [](const std::string& s) { tpu_set_call_site(s.empty() ? nullptr : s.c_str()); });
+}

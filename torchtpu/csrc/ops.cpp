@@ -1,0 +1,418 @@
+// ATen registration for the tpu device (PrivateUse1).
+//
+// One boxed kernel serves every op libtpurt implements: it turns the stack into
+// tpu_arg_t (schema order), lets libtpurt validate and build the IR node, binds outputs
+// (new tensors / self / the resized out= tensors) and submits. The op list itself comes
+// from libtpurt's table, so adding an op touches only C. The rest of this file is the
+// small set of ops every PrivateUse1 backend must provide (allocation, views, copies,
+// resize, set_, item) and the counted CPU fallback.
+#include <ATen/EmptyTensor.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "adapter.h"
+
+namespace torchtpu {
+namespace {
+
+constexpr auto kTpu = c10::DeviceType::PrivateUse1;
+
+at::Tensor to_tpu(const at::Tensor& t, c10::DeviceIndex d) {
+  return t.to(at::Device(kTpu, d));
+}
+
+// ---- the generic boxed kernel ------------------------------------------------------
+struct OpKernel final : c10::OperatorKernel {
+  int index = 0;
+  tpu_variant_t variant = TPU_VARIANT_FUNCTIONAL;
+  int n_args = 0;
+  int n_out_args = 0;                 // trailing out= arguments
+  std::vector<bool> is_generator;     // per argument: Generator?
+  std::vector<bool> is_tensor_list;   // per argument: Tensor[] / Tensor?[]
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+};
+
+c10::DeviceIndex device_of_args(c10::ArrayRef<c10::IValue> args) {
+  for (const auto& a : args) {
+    if (a.isTensor() && a.toTensor().defined() && a.toTensor().device().type() == kTpu)
+      return a.toTensor().device().index();
+    if (a.isTensorList())
+      for (const auto& t : a.toTensorList())
+        if (static_cast<at::Tensor>(t).defined() && static_cast<at::Tensor>(t).device().type() == kTpu)
+          return static_cast<at::Tensor>(t).device().index();
+  }
+  return current_device();
+}
+
+void scalar_arg(tpu_arg_t& a, const c10::Scalar& s, const std::string& op) {
+  a.kind = TPU_ARG_SCALAR;
+  if (s.isBoolean()) { a.scalar_kind = TPU_SCALAR_BOOL; a.v.i = s.toBool(); }
+  else if (s.isIntegral(false)) { a.scalar_kind = TPU_SCALAR_INT; a.v.i = s.toLong(); }
+  else if (s.isFloatingPoint()) { a.scalar_kind = TPU_SCALAR_FLOAT; a.v.d = s.toDouble(); }
+  else check(tpu_status_make(TPU_UNIMPLEMENTED, "%s: complex scalars are not supported on tpu", op.c_str()));
+}
+
+void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, n_args);
+  c10::DeviceIndex dev = device_of_args(args);
+  std::vector<tpu_arg_t> targs(n_args);
+  std::vector<at::Tensor> keep;                 // uploaded CPU tensors stay alive
+  // Per-argument backing storage for list arguments (outlives tpu_op_prepare).
+  std::vector<std::vector<tpu_view_t>> lists(n_args);
+  std::vector<std::vector<int64_t>> ints(n_args);
+  std::vector<std::vector<double>> dbls(n_args);
+  const std::string& name = op.schema().name();
+  for (int i = 0; i < n_args; ++i) {
+    const c10::IValue& v = args[i];
+    tpu_arg_t& a = targs[i];
+    a = tpu_arg_t{};
+    if (v.isNone()) {
+      if (is_generator[i]) { a.kind = TPU_ARG_INT; a.v.i = draw_seed(std::nullopt, dev); }
+      else a.kind = TPU_ARG_NONE;
+    } else if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) { a.kind = TPU_ARG_NONE; continue; }
+      if (t.device().type() == kTpu) {
+        a.kind = TPU_ARG_TENSOR;
+        a.tensor = view_of(t);
+      } else if (t.dim() == 0 && t.device().is_cpu()) {
+        scalar_arg(a, t.item(), name);
+        a.scalar_is_tensor = !t.unsafeGetTensorImpl()->is_wrapped_number();
+        a.scalar_dtype = static_cast<tpu_dtype_t>(t.scalar_type());
+      } else {
+        TORCH_CHECK(false, name, ": Expected all tensors to be on the same device, but found "
+                    "at least two devices, tpu:", int(dev), " and ", t.device().str(), "!");
+      }
+    } else if (v.isScalar()) {
+      scalar_arg(a, v.toScalar(), name);
+    } else if (v.isInt()) {
+      a.kind = TPU_ARG_INT; a.v.i = v.toInt();
+    } else if (v.isDouble()) {
+      a.kind = TPU_ARG_DOUBLE; a.v.d = v.toDouble();
+    } else if (v.isBool()) {
+      a.kind = TPU_ARG_BOOL; a.v.b = v.toBool();
+    } else if (v.isIntList()) {
+      ints[i] = v.toIntVector();
+      a.kind = TPU_ARG_INTLIST;
+      a.list = ints[i].data();
+      a.list_len = static_cast<int64_t>(ints[i].size());
+    } else if (v.isDoubleList()) {
+      dbls[i] = v.toDoubleVector();
+      a.kind = TPU_ARG_DOUBLELIST;
+      a.dlist = dbls[i].data();
+      a.list_len = static_cast<int64_t>(dbls[i].size());
+    } else if (v.isTensorList() || v.isList()) {
+      auto& views = lists[i];
+      for (const c10::IValue& e : v.toListRef()) {
+        tpu_view_t tv{};
+        if (e.isTensor() && e.toTensor().defined()) {
+          at::Tensor t = e.toTensor();
+          if (t.device().type() != kTpu) { t = to_tpu(t, dev); keep.push_back(t); }
+          tv = view_of(t);
+        }
+        views.push_back(tv);
+      }
+      a.kind = TPU_ARG_TENSORLIST;
+      a.tensors = views.data();
+      a.list_len = static_cast<int64_t>(views.size());
+    } else if (v.isString()) {
+      a.kind = TPU_ARG_STRING;
+      a.s = v.toStringRef().c_str();
+    } else if (v.isGenerator()) {
+      a.kind = TPU_ARG_INT;
+      a.v.i = draw_seed(v.toGenerator(), dev);
+    } else if (v.isDevice()) {
+      a.kind = TPU_ARG_INT; a.v.i = v.toDevice().index();
+    } else {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument ", i, " of kind ", v.tagKind(),
+                                  " is not supported by the tpu adapter");
+    }
+  }
+
+  tpu_node_t* node = nullptr;
+  tpu_status_t st = tpu_op_prepare(index, variant, targs.data(), n_args, &node);
+  if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) {
+    // e.g. a dtype the native kernel does not cover: the counted CPU fallback runs it.
+    tpu_status_free(st);
+    cpu_fallback_boxed(op, stack);
+    return;
+  }
+  check(st);
+  int n_out = tpu_node_output_count(node);
+  std::vector<at::Tensor> outs(n_out);
+  try {
+    for (int i = 0; i < n_out; ++i) {
+      tpu_dtype_t dt;
+      int32_t nd;
+      int64_t sizes[TPU_MAX_DIMS];
+      tpu_node_output_meta(node, i, &dt, &nd, sizes);
+      at::IntArrayRef shape(sizes, nd);
+      if (variant == TPU_VARIANT_INPLACE && i == 0) {
+        outs[i] = args[0].toTensor();
+      } else if (variant == TPU_VARIANT_OUT && i < n_out_args) {
+        outs[i] = args[n_args - n_out_args + i].toTensor();
+        TORCH_CHECK(outs[i].device().type() == kTpu, name, ": out= tensor must be on tpu, got ",
+                    outs[i].device().str());
+        at::native::resize_output(outs[i], shape);
+      } else {
+        outs[i] = at::empty(shape, at::TensorOptions()
+                                       .dtype(static_cast<at::ScalarType>(dt))
+                                       .device(at::Device(kTpu, dev)));
+      }
+      tpu_view_t ov = view_of(outs[i]);
+      check(tpu_node_bind_output(node, i, &ov));
+    }
+  } catch (...) {
+    tpu_node_discard(node);
+    throw;
+  }
+  check(tpu_node_submit(node));
+  torch::jit::drop(*stack, n_args);
+  for (auto& o : outs) torch::jit::push(*stack, std::move(o));
+}
+
+// ---- counted CPU fallback ----------------------------------------------------------------
+std::mutex g_fb_mu;
+std::map<std::string, int64_t> g_fb_counts;
+std::string g_fb_mode = [] {
+  const char* e = std::getenv("TORCHTPU_FALLBACK");
+  return std::string(e && *e ? e : "warn");
+}();
+
+}  // namespace
+
+void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& s = op.schema();
+  std::string name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
+  bool first;
+  std::string mode;
+  {
+    std::lock_guard<std::mutex> lk(g_fb_mu);
+    first = g_fb_counts[name]++ == 0;
+    mode = g_fb_mode;
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(mode != "error", name,
+      " has no native tpu kernel and the CPU fallback is disabled "
+      "(torchtpu.set_fallback(\"error\")). Enable it with torchtpu.set_fallback(\"warn\").");
+  if (first && mode == "warn")
+    TORCH_WARN(name, " is not implemented natively for tpu; running it on the CPU "
+               "(slow: data moves to the host and back). See torchtpu.fallback_report().");
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+}
+
+std::vector<std::pair<std::string, int64_t>> fallback_counts() {
+  std::lock_guard<std::mutex> lk(g_fb_mu);
+  return {g_fb_counts.begin(), g_fb_counts.end()};
+}
+void reset_fallback_counts() {
+  std::lock_guard<std::mutex> lk(g_fb_mu);
+  g_fb_counts.clear();
+}
+void set_fallback_mode(const std::string& mode) {
+  TORCH_CHECK_VALUE(mode == "allow" || mode == "warn" || mode == "error",
+                    "set_fallback: mode must be 'allow', 'warn' or 'error', got '", mode, "'");
+  std::lock_guard<std::mutex> lk(g_fb_mu);
+  g_fb_mode = mode;
+}
+std::string fallback_mode() {
+  std::lock_guard<std::mutex> lk(g_fb_mu);
+  return g_fb_mode;
+}
+
+namespace {
+
+// ---- the fixed set of backend ops ----------------------------------------------------
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin, std::optional<at::MemoryFormat> mf) {
+  c10::DeviceGuard g(device.value_or(at::Device(kTpu, current_device())));
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), mf);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin) {
+  c10::DeviceGuard g(device.value_or(at::Device(kTpu, current_device())));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size_sym,
+                          std::optional<at::MemoryFormat> mf) {
+  auto size = C10_AS_INTARRAYREF_SLOW(size_sym);
+  auto* impl = self.unsafeGetTensorImpl();
+  int64_t numel = c10::multiply_integers(size);
+  size_t needed = (self.storage_offset() + numel) * self.dtype().itemsize();
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  impl->set_sizes_contiguous(size);
+  if (mf && *mf != at::MemoryFormat::Preserve) impl->empty_tensor_restride(*mf);
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage src, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(src));
+  impl->set_storage_offset(offset);
+  std::optional<c10::IntArrayRef> st = stride.data() ? std::optional(stride) : std::nullopt;
+  if (st) impl->set_sizes_and_strides(size, *st);
+  else impl->set_sizes_contiguous(size);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage src) {
+  int64_t n = static_cast<int64_t>(src.nbytes() / self.dtype().itemsize());
+  return set_source_storage_offset(self, std::move(src), 0, {n}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  return set_source_storage_offset(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  auto storage = at::Storage(at::Storage::use_byte_size_t(), 0, device_allocator(), true);
+  return set_source_storage_offset(self, storage, 0, {0}, {});
+}
+
+// Dense CPU bytes in t's dtype and shape, ready for tpu_copy_from_host.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.sizes() == dst.sizes() || dst.numel() == self.numel() ||
+              at::infer_size(dst.sizes(), self.sizes()) == dst.sizes(),
+              "copy_: cannot copy a tensor of shape ", self.sizes(), " into ", dst.sizes());
+  if (dst.numel() == 0) return dst;
+  bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  if (src_tpu && dst_tpu) {
+    // Device to device (possibly across devices): the runtime's copy op casts/broadcasts.
+    if (self.device() != dst.device()) {
+      at::Tensor host = self.cpu();
+      return copy_from(host, dst, non_blocking);
+    }
+    tpu_view_t dv = view_of(dst), sv = view_of(self);
+    check(tpu_copy(&dv, &sv));  // libtpurt's copy node: broadcast + dtype cast
+    return dst;
+  }
+  if (dst_tpu) {
+    at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    tpu_view_t v = view_of(dst);
+    check(tpu_copy_from_host(&v, src.data_ptr()));
+    return dst;
+  }
+  // tpu -> cpu: read src densely in its own dtype, then let CPU convert/stride.
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+  tpu_view_t v = view_of(self);
+  check(tpu_copy_to_host(&v, host.data_ptr()));
+  at::Tensor d = dst;
+  d.copy_(host);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_output(dst, self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  return self.cpu().item();
+}
+
+}  // namespace
+
+std::vector<std::string> g_native, g_skipped;
+std::vector<std::string> native_op_names() { return g_native; }
+std::vector<std::string> skipped_op_names() { return g_skipped; }
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("unfold", at::native::unfold);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+
+  auto& disp = c10::Dispatcher::singleton();
+  for (int i = 0; i < tpu_aten_op_count(); ++i) {
+    std::string full = tpu_aten_op_name(i);
+    auto dot = full.find('.');
+    std::string base = full.substr(0, dot), ovl = dot == std::string::npos ? "" : full.substr(dot + 1);
+    auto h = disp.findSchema({"aten::" + base, ovl});
+    // Unknown names and CompositeImplicitAutograd ops (whose autograd comes from their
+    // decomposition) are skipped and listed by torchtpu._C._skipped_ops().
+    if (!h || h->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+      g_skipped.push_back(full);
+      continue;
+    }
+    const auto& schema = h->schema();
+    auto k = std::make_unique<OpKernel>();
+    k->index = i;
+    k->n_args = static_cast<int>(schema.arguments().size());
+    for (const auto& arg : schema.arguments()) {
+      if (arg.is_out()) k->n_out_args++;
+      auto t = arg.real_type();
+      if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
+      k->is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
+      k->is_tensor_list.push_back(t->kind() == c10::TypeKind::ListType);
+    }
+    if (k->n_out_args) k->variant = TPU_VARIANT_OUT;
+    else if (!schema.arguments().empty() && schema.arguments()[0].alias_info() &&
+             schema.arguments()[0].alias_info()->isWrite())
+      k->variant = TPU_VARIANT_INPLACE;
+    g_native.push_back(full);
+    m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
+  }
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_boxed>());
+}
+
+// Autocast for device "tpu": bf16 by default (set in Python), same op policies as CUDA.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(bmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(baddbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(addbmm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(matmul, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(linear, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv1d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(conv2d, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(scaled_dot_product_attention, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(softmax, int, fp32)
+  KERNEL_PRIVATEUSEONE(log_softmax, int, fp32)
+  KERNEL_PRIVATEUSEONE(layer_norm, fp32)
+  KERNEL_PRIVATEUSEONE(nll_loss, fp32)
+  KERNEL_PRIVATEUSEONE(cross_entropy_loss, fp32)
+  KERNEL_PRIVATEUSEONE(mse_loss, fp32)
+  KERNEL_PRIVATEUSEONE(sum, fp32)
+  KERNEL_PRIVATEUSEONE(exp, fp32)
+  KERNEL_PRIVATEUSEONE(log, fp32)
+  KERNEL_PRIVATEUSEONE(pow, Tensor_Scalar, fp32)
+  KERNEL_PRIVATEUSEONE(rsqrt, fp32)
+}
+
+}  // namespace torchtpu
