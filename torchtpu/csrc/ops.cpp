@@ -7,6 +7,7 @@
 // small set of ops every PrivateUse1 backend must provide (allocation, views, copies,
 // resize, set_, item) and the counted CPU fallback.
 #include <ATen/EmptyTensor.h>
+#include <ATen/SDPBackend.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
@@ -38,7 +39,10 @@ struct OpKernel final : c10::OperatorKernel {
   int n_args = 0;
   int n_out_args = 0;                 // trailing out= arguments
   std::vector<bool> is_generator;     // per argument: Generator?
-  std::vector<bool> is_tensor_list;   // per argument: Tensor[] / Tensor?[]
+  // Per schema return: true for Tensor. Tensor returns beyond the node's outputs (e.g.
+  // the unused philox/cum_seq slots of fused attention) come back as empty tensors,
+  // integer returns as 0.
+  std::vector<bool> ret_is_tensor;
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 };
@@ -179,7 +183,12 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   }
   check(tpu_node_submit(node));
   torch::jit::drop(*stack, n_args);
-  for (auto& o : outs) torch::jit::push(*stack, std::move(o));
+  size_t next = 0;
+  for (bool is_tensor : ret_is_tensor) {
+    if (!is_tensor) torch::jit::push(*stack, c10::IValue(int64_t{0}));
+    else if (next < outs.size()) torch::jit::push(*stack, std::move(outs[next++]));
+    else torch::jit::push(*stack, at::empty({0}, at::TensorOptions().device(at::Device(kTpu, dev))));
+  }
 }
 
 // ---- counted CPU fallback ----------------------------------------------------------------
@@ -328,6 +337,19 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return self.cpu().item();
 }
 
+// scaled_dot_product_attention asks the backend which kernel to use. libtpurt's fused
+// attention covers everything except attention dropout, which the math path handles.
+int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  static const bool have_kernel =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("aten::_scaled_dot_product_fused_attention_overrideable", "")
+          .hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
+  bool native = have_kernel && dropout_p == 0.0 && !enable_gqa;
+  return static_cast<int64_t>(native ? at::SDPBackend::overrideable : at::SDPBackend::math);
+}
+
 }  // namespace
 
 std::vector<std::string> g_native, g_skipped;
@@ -349,6 +371,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_fused_sdp_choice", fused_sdp_choice);
 
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {
@@ -371,8 +394,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       auto t = arg.real_type();
       if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
       k->is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
-      k->is_tensor_list.push_back(t->kind() == c10::TypeKind::ListType);
     }
+    for (const auto& r : schema.returns())
+      k->ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);
     if (k->n_out_args) k->variant = TPU_VARIANT_OUT;
     else if (!schema.arguments().empty() && schema.arguments()[0].alias_info() &&
              schema.arguments()[0].alias_info()->isWrite())
