@@ -188,7 +188,10 @@ at::Generator new_generator(c10::DeviceIndex d) {
 }
 
 int64_t draw_seed(const std::optional<at::Generator>& gen, c10::DeviceIndex d) {
-  auto* g = at::get_generator_or_default<at::CPUGeneratorImpl>(gen, default_generator(d));
+  const at::Generator& chosen = gen.has_value() && gen->defined() ? *gen : default_generator(d);
+  TORCH_CHECK(chosen.device().type() == c10::DeviceType::PrivateUse1,
+              "Expected a 'tpu' device type for generator but found '", chosen.device().type(), "'");
+  auto* g = static_cast<at::CPUGeneratorImpl*>(chosen.unsafeGetGeneratorImpl());
   std::lock_guard<std::mutex> lk(g->mutex_);
   return static_cast<int64_t>(g->random64());
 }

@@ -38,7 +38,9 @@ struct OpKernel final : c10::OperatorKernel {
   tpu_variant_t variant = TPU_VARIANT_FUNCTIONAL;
   int n_args = 0;
   int n_out_args = 0;                 // trailing out= arguments
+  bool needs_seed = false;            // append a generator seed (tpu_aten_op_needs_seed)
   std::vector<bool> is_generator;     // per argument: Generator?
+  std::vector<bool> is_scalar;        // per argument: Scalar (a number of any kind)
   // Per schema return: true for Tensor. Tensor returns beyond the node's outputs (e.g.
   // the unused philox/cum_seq slots of fused attention) come back as empty tensors,
   // integer returns as 0.
@@ -98,7 +100,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
         TORCH_CHECK(false, name, ": Expected all tensors to be on the same device, but found "
                     "at least two devices, tpu:", int(dev), " and ", t.device().str(), "!");
       }
-    } else if (v.isScalar()) {
+    } else if (is_scalar[i] && v.isScalar()) {
       scalar_arg(a, v.toScalar(), name);
     } else if (v.isInt()) {
       a.kind = TPU_ARG_INT; a.v.i = v.toInt();
@@ -108,6 +110,11 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
       a.kind = TPU_ARG_BOOL; a.v.b = v.toBool();
     } else if (v.isIntList()) {
       ints[i] = v.toIntVector();
+      a.kind = TPU_ARG_INTLIST;
+      a.list = ints[i].data();
+      a.list_len = static_cast<int64_t>(ints[i].size());
+    } else if (v.isBoolList()) {  // bool[N] (output_mask): 0/1 ints
+      for (bool b : v.toBoolList()) ints[i].push_back(b);
       a.kind = TPU_ARG_INTLIST;
       a.list = ints[i].data();
       a.list_len = static_cast<int64_t>(ints[i].size());
@@ -144,8 +151,14 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     }
   }
 
+  if (needs_seed) {
+    tpu_arg_t seed{};
+    seed.kind = TPU_ARG_INT;
+    seed.v.i = draw_seed(std::nullopt, dev);
+    targs.push_back(seed);
+  }
   tpu_node_t* node = nullptr;
-  tpu_status_t st = tpu_op_prepare(index, variant, targs.data(), n_args, &node);
+  tpu_status_t st = tpu_op_prepare(index, variant, targs.data(), static_cast<int>(targs.size()), &node);
   if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) {
     // e.g. a dtype the native kernel does not cover: the counted CPU fallback runs it.
     tpu_status_free(st);
@@ -161,6 +174,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
       int32_t nd;
       int64_t sizes[TPU_MAX_DIMS];
       tpu_node_output_meta(node, i, &dt, &nd, sizes);
+      if (nd < 0) continue;  // absent output: an undefined tensor
       at::IntArrayRef shape(sizes, nd);
       if (variant == TPU_VARIANT_INPLACE && i == 0) {
         outs[i] = args[0].toTensor();
@@ -388,12 +402,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     const auto& schema = h->schema();
     auto k = std::make_unique<OpKernel>();
     k->index = i;
+    k->needs_seed = tpu_aten_op_needs_seed(i);
     k->n_args = static_cast<int>(schema.arguments().size());
     for (const auto& arg : schema.arguments()) {
       if (arg.is_out()) k->n_out_args++;
       auto t = arg.real_type();
       if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
       k->is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
+      k->is_scalar.push_back(t->kind() == c10::TypeKind::NumberType);
     }
     for (const auto& r : schema.returns())
       k->ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);

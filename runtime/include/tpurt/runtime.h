@@ -142,12 +142,17 @@ typedef struct tpu_node_s tpu_node_t;
 int tpu_aten_op_count(void);
 const char* tpu_aten_op_name(int index);
 
+/* True when the op draws random numbers but its schema carries no Generator: the caller
+ * appends one extra TPU_ARG_INT seed after all schema arguments. */
+bool tpu_aten_op_needs_seed(int index);
+
 /* Validates args and builds the node. variant says how outputs are bound. On success
  * the caller owns *out_node and must pass it to tpu_node_submit or tpu_node_discard. */
 tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* args,
                             int nargs, tpu_node_t** out_node);
 int tpu_node_output_count(const tpu_node_t* node);
-/* The output's dtype and shape as the op's rules computed them. sizes: TPU_MAX_DIMS. */
+/* The output's dtype and shape as the op's rules computed them. sizes: TPU_MAX_DIMS.
+ * *out_ndim < 0: the output is absent (an undefined tensor); do not bind it. */
 void tpu_node_output_meta(const tpu_node_t* node, int i, tpu_dtype_t* out_dtype,
                           int32_t* out_ndim, int64_t* out_sizes);
 /* Binds output i. For in-place and out= forms, checks shape and dtype castability the

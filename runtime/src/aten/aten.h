@@ -22,10 +22,15 @@ typedef struct tpu_aten_entry_s {
   const char* name;
   tpu_build_fn build;
   const void* data;
+  int flags; /* TPU_ATEN_* */
 } tpu_aten_entry_t;
 
+/* The op is random but its schema has no Generator (native_dropout): the adapter
+ * appends a seed drawn from the device generator as one extra trailing INT argument. */
+#define TPU_ATEN_NEEDS_SEED 1
+
 /* Each family exports a NULL-name-terminated entry array. */
-#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random)
+#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm)
 #define TPU__DECL_TAB(f) extern const tpu_aten_entry_t tpu__aten_##f[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB

@@ -1,6 +1,792 @@
-/* ATen ops of the linalg family. */
+/* ATen ops of the linalg family: matrix products, convolution, 2-d pooling.
+ *
+ * Validation follows PyTorch's CPU kernels check by check, in their order, so the same
+ * call fails with the same exception class and (after the op-name prefix) the same text.
+ * Node layouts are described at the top of host/linalg.c. */
+#include <stdio.h>
+
 #include "aten/aten.h"
 
+/* How c10 prints a dtype inside messages: caffe2 TypeMeta names and ScalarType names. */
+static const char* meta_name(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_F32: return "float";
+    case TPU_DTYPE_F64: return "double";
+    case TPU_DTYPE_F16: return "c10::Half";
+    case TPU_DTYPE_BF16: return "c10::BFloat16";
+    case TPU_DTYPE_I64: return "long int";
+    case TPU_DTYPE_I32: return "int";
+    case TPU_DTYPE_I16: return "short int";
+    case TPU_DTYPE_I8: return "signed char";
+    case TPU_DTYPE_U8: return "unsigned char";
+    case TPU_DTYPE_BOOL: return "bool";
+    default: return "unknown";
+  }
+}
+
+static const char* st_name(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_F32: return "Float";
+    case TPU_DTYPE_F64: return "Double";
+    case TPU_DTYPE_F16: return "Half";
+    case TPU_DTYPE_BF16: return "BFloat16";
+    case TPU_DTYPE_I64: return "Long";
+    case TPU_DTYPE_I32: return "Int";
+    case TPU_DTYPE_I16: return "Short";
+    case TPU_DTYPE_I8: return "Char";
+    case TPU_DTYPE_U8: return "Byte";
+    case TPU_DTYPE_BOOL: return "Bool";
+    default: return "Unknown";
+  }
+}
+
+static const char* fmt_sizes(char* buf, size_t cap, int nd, const int64_t* s) {
+  size_t o = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < nd && o < cap; ++i)
+    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
+  if (o < cap) snprintf(buf + o, cap - o, "]");
+  return buf;
+}
+
+/* bool arguments may arrive as TPU_ARG_SCALAR (bool kind): the adapter tests
+ * IValue::isScalar before isBool. */
+static tpu_status_t arg_flag(tpu_build_t* b, int i, bool dflt, bool* out) {
+  const tpu_arg_t* a = tpu__arg(b, i);
+  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = a->v.i != 0; return NULL; }
+  return tpu__arg_bool_opt(b, i, dflt, out);
+}
+
+static tpu_status_t not_implemented(tpu_build_t* b, const char* kernel, tpu_dtype_t d) {
+  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, st_name(d));
+}
+
+/* Tensor::expand(target) applied to the added tensor of addmm and friends. */
+static tpu_status_t check_expand(tpu_build_t* b, const tpu_view_t* t, int nd, const int64_t* target) {
+  char a[256], c[256];
+  if (t->ndim > nd)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "expand(torch.%sTensor{%s}, size=%s): the number of sizes provided (%d) must be "
+                    "greater or equal to the number of dimensions in the tensor (%d)",
+                    st_name(t->dtype), fmt_sizes(a, sizeof a, t->ndim, t->sizes),
+                    fmt_sizes(c, sizeof c, nd, target), nd, t->ndim);
+  for (int i = 0; i < nd; ++i) {
+    int ti = i - (nd - t->ndim);
+    if (ti < 0) continue;
+    if (t->sizes[ti] != target[i] && t->sizes[ti] != 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "The expanded size of the tensor (%lld) must match the existing size (%lld) "
+                      "at non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
+                      (long long)target[i], (long long)t->sizes[ti], i,
+                      fmt_sizes(a, sizeof a, nd, target), fmt_sizes(c, sizeof c, t->ndim, t->sizes));
+  }
+  return NULL;
+}
+
+/* ---- matrix products ------------------------------------------------------------------ */
+
+typedef enum gemm_op_e { GM_MM, GM_BMM, GM_ADDMM, GM_BADDBMM, GM_ADDBMM, GM_ADDMV, GM_MV, GM_DOT } gemm_op_t;
+static const gemm_op_t g_mm = GM_MM, g_bmm = GM_BMM, g_addmm = GM_ADDMM, g_baddbmm = GM_BADDBMM,
+                       g_addbmm = GM_ADDBMM, g_addmv = GM_ADDMV, g_mv = GM_MV, g_dot = GM_DOT;
+
+/* Views operand i of the node as [batch, rows, cols] with the given strides. */
+static void as3d(tpu_node_t* n, int i, int64_t bt, int64_t r, int64_t c, int64_t sb, int64_t sr, int64_t sc) {
+  tpu_operand_t* op = &n->in[i];
+  op->ndim = 3;
+  op->sizes[0] = bt; op->sizes[1] = r; op->sizes[2] = c;
+  op->strides[0] = sb; op->strides[1] = sr; op->strides[2] = sc;
+}
+
+static int64_t scalar_as_int(const tpu_arg_t* a, double d) {
+  if (!a || a->kind == TPU_ARG_NONE) return 1;
+  if (a->kind == TPU_ARG_INT || (a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT))
+    return a->v.i;
+  if (a->kind == TPU_ARG_BOOL) return a->v.b;
+  return (int64_t)d;
+}
+
+static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* c,
+                                const tpu_view_t* x, const tpu_view_t* y, int* out_nd, int64_t* out) {
+  const int64_t* xs = x->sizes;
+  const int64_t* ys = y->sizes;
+  switch (op) {
+    case GM_MM:
+      if (x->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "self must be a matrix");
+      if (y->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "mat2 must be a matrix");
+      if (xs[1] != ys[0])
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                        (long long)xs[0], (long long)xs[1], (long long)ys[0], (long long)ys[1]);
+      if (x->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "expected m1 and m2 to have the same dtype, but got: %s != %s",
+                        meta_name(x->dtype), meta_name(y->dtype));
+      *out_nd = 2; out[0] = xs[0]; out[1] = ys[1];
+      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
+      return NULL;
+    case GM_ADDMM:
+      if (c->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "self and mat2 must have the same dtype, but got %s and %s",
+                        st_name(c->dtype), st_name(y->dtype));
+      if (x->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 must have the same dtype, but got %s and %s",
+                        st_name(x->dtype), st_name(y->dtype));
+      if (x->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 must be a matrix, got %d-D tensor", x->ndim);
+      if (y->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "mat2 must be a matrix, got %d-D tensor", y->ndim);
+      if (xs[1] != ys[0])
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
+                        (long long)xs[0], (long long)xs[1], (long long)ys[0], (long long)ys[1]);
+      *out_nd = 2; out[0] = xs[0]; out[1] = ys[1];
+      TPU_RETURN_IF_ERROR(check_expand(b, c, 2, out));
+      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
+      return NULL;
+    case GM_BMM:
+    case GM_BADDBMM:
+      if (op == GM_BADDBMM && c->dtype != x->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "Input dtypes must be the same, got: input %s, batch1: %s, batch2: %s",
+                        meta_name(c->dtype), meta_name(x->dtype), meta_name(y->dtype));
+      if (x->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch1 must be a 3D tensor");
+      if (y->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch2 must be a 3D tensor");
+      if (ys[0] != xs[0] || ys[1] != xs[2])
+        return tpu__err(b, TPU_INVALID_ARGUMENT,
+                        "Expected size for first two dimensions of batch2 tensor to be: [%lld, %lld] but got: [%lld, %lld].",
+                        (long long)xs[0], (long long)xs[2], (long long)ys[0], (long long)ys[1]);
+      *out_nd = 3; out[0] = xs[0]; out[1] = xs[1]; out[2] = ys[2];
+      if (op == GM_BADDBMM) TPU_RETURN_IF_ERROR(check_expand(b, c, 3, out));
+      if (x->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s",
+                        st_name(x->dtype), st_name(y->dtype));
+      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, op == GM_BMM ? "bmm" : "baddbmm", x->dtype);
+      return NULL;
+    case GM_ADDBMM:
+      if (x->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch1 must be a 3D tensor");
+      if (y->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch2 must be a 3D tensor");
+      if (xs[0] != ys[0])
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "batch1 and batch2 must have same number of batches, got %lld and %lld",
+                        (long long)xs[0], (long long)ys[0]);
+      if (xs[2] != ys[1])
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "Incompatible matrix sizes for bmm (%lldx%lld and %lldx%lld)",
+                        (long long)xs[1], (long long)xs[2], (long long)ys[1], (long long)ys[2]);
+      *out_nd = 2; out[0] = xs[1]; out[1] = ys[2];
+      TPU_RETURN_IF_ERROR(check_expand(b, c, 2, out));
+      if (c->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "self and mat2 must have the same dtype, but got %s and %s",
+                        st_name(c->dtype), st_name(y->dtype));
+      if (x->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 must have the same dtype, but got %s and %s",
+                        st_name(x->dtype), st_name(y->dtype));
+      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
+      return NULL;
+    case GM_ADDMV:
+    case GM_MV: {
+      /* mv runs as addmv into an empty result of vec's dtype. */
+      int cnd = op == GM_MV ? 1 : c->ndim;
+      tpu_dtype_t cdt = op == GM_MV ? y->dtype : c->dtype;
+      if (!((cnd == 1 || (op == GM_ADDMV && cnd == 0)) && x->ndim == 2 && y->ndim == 1))
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "vector + matrix @ vector expected, got %d, %d, %d",
+                        cnd, x->ndim, y->ndim);
+      int64_t csz = op == GM_MV ? xs[0] : c->ndim ? c->sizes[0] : 1;
+      if (xs[1] != ys[0] || (csz != xs[0] && csz != 1))
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "size mismatch, got input (%lld), mat (%lldx%lld), vec (%lld)",
+                        (long long)csz, (long long)xs[0], (long long)xs[1], (long long)ys[0]);
+      if (cdt != x->dtype || x->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "addmv input tensors must have the same dtype, but got %s, %s, and %s",
+                        st_name(cdt), st_name(x->dtype), st_name(y->dtype));
+      *out_nd = 1; out[0] = xs[0];
+      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmv_impl_cpu", x->dtype);
+      return NULL;
+    }
+    case GM_DOT:
+      if (x->ndim != 1 || y->ndim != 1)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "1D tensors expected, but got %dD and %dD tensors", x->ndim, y->ndim);
+      if (x->dtype != y->dtype)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "dot : expected both vectors to have same dtype, but found %s and %s",
+                        st_name(x->dtype), st_name(y->dtype));
+      if (xs[0] != ys[0])
+        return tpu__err(b, TPU_INVALID_ARGUMENT,
+                        "inconsistent tensor size, expected tensor [%lld] and src [%lld] to have the same number "
+                        "of elements, but got %lld and %lld elements respectively",
+                        (long long)xs[0], (long long)ys[0], (long long)xs[0], (long long)ys[0]);
+      *out_nd = 0;
+      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "dot", x->dtype);
+      return NULL;
+  }
+  return tpu__err(b, TPU_INTERNAL, "unknown product");
+}
+
+static tpu_status_t build_gemm(tpu_build_t* b) {
+  gemm_op_t op = *(const gemm_op_t*)b->data;
+  bool has_c = op == GM_ADDMM || op == GM_BADDBMM || op == GM_ADDBMM || op == GM_ADDMV;
+  int ai = has_c ? 1 : 0;
+  const tpu_view_t *c = NULL, *x, *y;
+  if (has_c) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &c));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, ai, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, ai + 1, &y));
+  int out_nd = 0;
+  int64_t out[3] = {0, 0, 0};
+  TPU_RETURN_IF_ERROR(gemm_checks(b, op, c, x, y, &out_nd, out));
+  tpu_node_t* n = b->node;
+  double alpha = 1, beta = 1;
+  if (has_c) {
+    TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 3, 1.0, &beta));
+    TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 4, 1.0, &alpha));
+  }
+  n->da[0] = alpha; n->da[1] = beta;
+  n->ia[1] = has_c ? scalar_as_int(tpu__arg(b, 4), alpha) : 1;
+  n->ia[2] = has_c ? scalar_as_int(tpu__arg(b, 3), beta) : 1;
+  n->ia[0] = op == GM_ADDBMM;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, y));
+  if (has_c) TPU_RETURN_IF_ERROR(tpu__node_add_input(n, c));
+  else TPU_RETURN_IF_ERROR(tpu__node_add_absent(n));
+  const int64_t* xs = x->sizes;
+  const int64_t* xt = x->strides;
+  const int64_t* yt = y->strides;
+  switch (op) {
+    case GM_MM: case GM_ADDMM:
+      as3d(n, 0, 1, xs[0], xs[1], 0, xt[0], xt[1]);
+      as3d(n, 1, 1, y->sizes[0], y->sizes[1], 0, yt[0], yt[1]);
+      break;
+    case GM_ADDMV: case GM_MV:
+      as3d(n, 0, 1, xs[0], xs[1], 0, xt[0], xt[1]);
+      as3d(n, 1, 1, y->sizes[0], 1, 0, yt[0], 1);
+      break;
+    case GM_DOT:
+      as3d(n, 0, 1, 1, xs[0], 0, 0, xt[0]);
+      as3d(n, 1, 1, y->sizes[0], 1, 0, yt[0], 1);
+      break;
+    default: break; /* already [batch, rows, cols] */
+  }
+  n->kind = TPU_KIND_GEMM;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, out_nd, out);
+  return NULL;
+}
+
+/* ---- convolution ---------------------------------------------------------------------- */
+
+typedef struct conv_args_s {
+  const tpu_view_t *x, *w;
+  int nd;
+  int64_t stride[3], pad[3], dil[3], outpad[3], groups;
+  bool transposed;
+  int64_t out[TPU_MAX_DIMS]; /* output shape */
+} conv_args_t;
+
+static tpu_status_t conv_list(tpu_build_t* b, int i, const char* what, int nd, int64_t* dst) {
+  const int64_t* v;
+  int len;
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, i, &v, &len));
+  if (len != 1 && len != nd) {
+    char s[256];
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "expected %s to be a single integer value or a list of %d values to match the "
+                    "convolution dimensions, but got %s=%s", what, nd, what, fmt_sizes(s, sizeof s, len, v));
+  }
+  for (int d = 0; d < nd; ++d) dst[d] = v[len == 1 ? 0 : d];
+  return NULL;
+}
+
+/* Shared by forward and backward: args 3..8 hold stride .. groups; x at xi, w at wi. */
+static tpu_status_t conv_parse(tpu_build_t* b, int xi, int wi, conv_args_t* c) {
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, xi, &c->x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, wi, &c->w));
+  const tpu_view_t *x = c->x, *w = c->w;
+  char s1[256], s2[256];
+  if (x->ndim < 3 || x->ndim > 5)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected a 3-, 4- or 5-dimensional input, got input of size %s",
+                    fmt_sizes(s1, sizeof s1, x->ndim, x->sizes));
+  if (w->ndim != x->ndim)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected %d-dimensional input for %d-dimensional weight %s, but got %d-dimensional "
+                    "input of size %s instead", w->ndim, w->ndim, fmt_sizes(s1, sizeof s1, w->ndim, w->sizes),
+                    x->ndim, fmt_sizes(s2, sizeof s2, x->ndim, x->sizes));
+  int nd = c->nd = x->ndim - 2;
+  TPU_RETURN_IF_ERROR(conv_list(b, 3, "stride", nd, c->stride));
+  TPU_RETURN_IF_ERROR(conv_list(b, 4, "padding", nd, c->pad));
+  TPU_RETURN_IF_ERROR(conv_list(b, 5, "dilation", nd, c->dil));
+  TPU_RETURN_IF_ERROR(arg_flag(b, 6, false, &c->transposed));
+  TPU_RETURN_IF_ERROR(conv_list(b, 7, "output_padding", nd, c->outpad));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 8, &c->groups));
+  for (int d = 0; d < nd; ++d) {
+    if (c->stride[d] <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "non-positive stride is not supported");
+    if (c->pad[d] < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "negative padding is not supported");
+    if (c->dil[d] <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "dilation should be greater than zero");
+    if (c->outpad[d] < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "negative output_padding is not supported");
+    if (!c->transposed && c->outpad[d] != 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "output_padding is only supported for transposed convolution");
+    if (c->transposed && c->outpad[d] >= c->stride[d] && c->outpad[d] >= c->dil[d])
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "output padding must be smaller than either stride or dilation, but got "
+                      "output_padding=%lld, stride=%lld, dilation=%lld", (long long)c->outpad[d],
+                      (long long)c->stride[d], (long long)c->dil[d]);
+  }
+  if (c->groups <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "non-positive groups is not supported");
+  int64_t g = c->groups, cin = x->sizes[1];
+  if (!c->transposed) {
+    if (w->sizes[0] % g != 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Given groups=%lld, expected weight to be divisible by %lld at dimension 0, but got "
+                      "weight of size %s instead", (long long)g, (long long)g,
+                      fmt_sizes(s1, sizeof s1, w->ndim, w->sizes));
+    if (w->sizes[1] * g != cin)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Given groups=%lld, weight of size %s, expected input%s to have %lld channels, but "
+                      "got %lld channels instead", (long long)g, fmt_sizes(s1, sizeof s1, w->ndim, w->sizes),
+                      fmt_sizes(s2, sizeof s2, x->ndim, x->sizes), (long long)(w->sizes[1] * g), (long long)cin);
+  } else {
+    if (w->sizes[0] != cin || cin % g != 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Given transposed=1, weight of size %s, expected input%s to have %lld channels, but "
+                      "got %lld channels instead", fmt_sizes(s1, sizeof s1, w->ndim, w->sizes),
+                      fmt_sizes(s2, sizeof s2, x->ndim, x->sizes), (long long)w->sizes[0], (long long)cin);
+  }
+  c->out[0] = x->sizes[0];
+  c->out[1] = c->transposed ? w->sizes[1] * g : w->sizes[0];
+  for (int d = 0; d < nd; ++d) {
+    int64_t in = x->sizes[2 + d], k = w->sizes[2 + d];
+    int64_t ek = c->dil[d] * (k - 1) + 1;
+    if (c->transposed) {
+      c->out[2 + d] = (in - 1) * c->stride[d] - 2 * c->pad[d] + ek + c->outpad[d];
+    } else {
+      if (in + 2 * c->pad[d] < ek) {
+        return tpu__err(b, TPU_INVALID_ARGUMENT,
+                        "Calculated padded input size per channel: (%lld). Kernel size: (%lld). Kernel "
+                        "size can't be greater than actual input size",
+                        (long long)(in + 2 * c->pad[d]), (long long)ek);
+      }
+      c->out[2 + d] = (in + 2 * c->pad[d] - ek) / c->stride[d] + 1;
+    }
+    if (c->out[2 + d] < 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "convolution output size is negative");
+  }
+  if (w->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(x->dtype),
+                    st_name(w->dtype));
+  if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_I64)
+    return not_implemented(b, "slow_conv2d_cpu", x->dtype);
+  return NULL;
+}
+
+static tpu_status_t conv_node(tpu_build_t* b, const conv_args_t* c, tpu_kind_t kind) {
+  tpu_node_t* n = b->node;
+  int64_t attrs[9];
+  for (int d = 0; d < c->nd; ++d) {
+    attrs[d] = c->stride[d];
+    attrs[c->nd + d] = c->pad[d];
+    attrs[2 * c->nd + d] = c->dil[d];
+  }
+  TPU_RETURN_IF_ERROR(tpu__node_set_ilist(n, attrs, 3 * c->nd));
+  n->ia[0] = c->nd;
+  n->ia[1] = c->groups;
+  n->ia[2] = c->transposed;
+  n->kind = kind;
+  n->compute = tpu__compute_dtype(c->x->dtype);
+  return NULL;
+}
+
+static tpu_status_t build_conv(tpu_build_t* b) {
+  conv_args_t c;
+  TPU_RETURN_IF_ERROR(conv_parse(b, 0, 1, &c));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, c.x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, c.w));
+  if (tpu__arg_is_none(b, 2)) {
+    TPU_RETURN_IF_ERROR(tpu__node_add_absent(n));
+  } else {
+    const tpu_view_t* bias;
+    TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &bias));
+    char s1[256], s2[256];
+    if (bias->ndim != 1 || bias->sizes[0] != c.out[1])
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Given weight of size %s, expected bias to be 1-dimensional with %lld elements, but "
+                      "got bias of size %s instead", fmt_sizes(s1, sizeof s1, c.w->ndim, c.w->sizes),
+                      (long long)c.out[1], fmt_sizes(s2, sizeof s2, bias->ndim, bias->sizes));
+    if (bias->dtype != c.x->dtype)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Input type (%s) and bias type (%s) should be the same",
+                      meta_name(c.x->dtype), meta_name(bias->dtype));
+    TPU_RETURN_IF_ERROR(tpu__node_add_input(n, bias));
+  }
+  TPU_RETURN_IF_ERROR(conv_node(b, &c, TPU_KIND_CONV));
+  tpu__node_add_output(n, c.x->dtype, c.x->ndim, c.out);
+  return NULL;
+}
+
+static tpu_status_t build_conv_bwd(tpu_build_t* b) {
+  conv_args_t c;
+  const tpu_view_t* go;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(conv_parse(b, 1, 2, &c));
+  bool same = go->ndim == c.x->ndim;
+  for (int d = 0; same && d < go->ndim; ++d) same = go->sizes[d] == c.out[d];
+  char s1[256], s2[256];
+  if (!same)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_output has wrong shape: expected %s, got %s",
+                    fmt_sizes(s1, sizeof s1, c.x->ndim, c.out), fmt_sizes(s2, sizeof s2, go->ndim, go->sizes));
+  if (go->dtype != c.x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(c.x->dtype),
+                    st_name(go->dtype));
+  const tpu_arg_t* m = tpu__arg(b, 9);
+  bool mask[3] = {true, true, true};
+  if (m && m->kind == TPU_ARG_INTLIST && m->list_len == 3) {
+    for (int i = 0; i < 3; ++i) mask[i] = m->list[i] != 0;
+  } else if (m && m->kind != TPU_ARG_NONE) {
+    return tpu__err(b, TPU_TYPE_ERROR, "output_mask must be a list of 3 bools");
+  }
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, c.x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, c.w));
+  TPU_RETURN_IF_ERROR(conv_node(b, &c, TPU_KIND_CONV_BWD));
+  for (int i = 0; i < 3; ++i) n->ia[3 + i] = mask[i];
+  /* Gradients output_mask does not ask for are absent (undefined tensors), as in ATen. */
+  tpu__node_add_output(n, c.x->dtype, mask[0] ? c.x->ndim : -1, c.x->sizes);
+  tpu__node_add_output(n, c.w->dtype, mask[1] ? c.w->ndim : -1, c.w->sizes);
+  tpu__node_add_output(n, c.x->dtype, mask[2] ? 1 : -1, &c.out[1]);
+  return NULL;
+}
+
+/* ---- pooling -------------------------------------------------------------------------- */
+
+typedef struct pool_args_s {
+  int64_t k[2], s[2], p[2], d[2];
+  bool ceil_mode;
+  int64_t out[TPU_MAX_DIMS];
+} pool_args_t;
+
+/* A 1- or 2-element int list into two values; empty -> dflt (may be NULL: not allowed). */
+static tpu_status_t pair(tpu_build_t* b, int i, const int64_t* dflt, const char* msg, int64_t* dst) {
+  const int64_t* v;
+  int len;
+  if (tpu__arg_is_none(b, i) && dflt) { dst[0] = dflt[0]; dst[1] = dflt[1]; return NULL; }
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, i, &v, &len));
+  if (len == 0 && dflt) { dst[0] = dflt[0]; dst[1] = dflt[1]; return NULL; }
+  if (len != 1 && len != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "%s", msg);
+  dst[0] = v[0];
+  dst[1] = v[len == 2 ? 1 : 0];
+  return NULL;
+}
+
+static tpu_status_t pool_out_size(tpu_build_t* b, int64_t in, int64_t k, int64_t p, int64_t s,
+                                  int64_t d, bool ceil_mode, int64_t* out) {
+  if (s == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "stride should not be zero");
+  if (p < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "pad must be non-negative, but got pad: %lld", (long long)p);
+  if (p > ((k - 1) * d + 1) / 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "pad should be at most half of effective kernel size, but got pad=%lld, kernel_size=%lld "
+                    "and dilation=%lld", (long long)p, (long long)k, (long long)d);
+  int64_t num = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  int64_t q = num / s;
+  if ((num % s != 0) && ((num < 0) != (s < 0))) --q; /* floor division */
+  int64_t o = q + 1;
+  if (ceil_mode && (o - 1) * s >= in + p) --o;
+  *out = o;
+  return NULL;
+}
+
+/* Arguments at ki (kernel), ki+1 (stride), ki+2 (padding), and for max pooling ki+3
+ * (dilation) then ceil_mode; avg pooling has ceil_mode at ki+3. x is the input. */
+static tpu_status_t pool_parse(tpu_build_t* b, const char* name, const tpu_view_t* x, int ki,
+                               bool has_dil, pool_args_t* a) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s: kernel_size must either be a single int, or a tuple of two ints", name);
+  TPU_RETURN_IF_ERROR(pair(b, ki, NULL, msg, a->k));
+  snprintf(msg, sizeof msg, "%s: stride must either be omitted, a single int, or a tuple of two ints", name);
+  TPU_RETURN_IF_ERROR(pair(b, ki + 1, a->k, msg, a->s));
+  snprintf(msg, sizeof msg, "%s: padding must either be a single int, or a tuple of two ints", name);
+  TPU_RETURN_IF_ERROR(pair(b, ki + 2, NULL, msg, a->p));
+  a->d[0] = a->d[1] = 1;
+  if (has_dil) {
+    snprintf(msg, sizeof msg, "%s: dilation must be either a single int, or a tuple of two ints", name);
+    TPU_RETURN_IF_ERROR(pair(b, ki + 3, NULL, msg, a->d));
+  }
+  TPU_RETURN_IF_ERROR(arg_flag(b, ki + (has_dil ? 4 : 3), false, &a->ceil_mode));
+  int nd = x->ndim;
+  if (nd != 3 && nd != 4) {
+    if (!has_dil && nd < 3)
+      return tpu__err(b, TPU_INDEX_ERROR, "Dimension out of range (expected to be in range of [%d, %d], but got -3)",
+                      -(nd ? nd : 1), (nd ? nd : 1) - 1);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "non-empty 3D or 4D (batch mode) tensor expected for input");
+  }
+  int64_t H = x->sizes[nd - 2], W = x->sizes[nd - 1], C = x->sizes[nd - 3];
+  int64_t oh, ow;
+  TPU_RETURN_IF_ERROR(pool_out_size(b, H, a->k[0], a->p[0], a->s[0], a->d[0], a->ceil_mode, &oh));
+  TPU_RETURN_IF_ERROR(pool_out_size(b, W, a->k[1], a->p[1], a->s[1], a->d[1], a->ceil_mode, &ow));
+  if (a->k[0] <= 0 || a->k[1] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "kernel size should be greater than zero, but got kH: %lld kW: %lld",
+                    (long long)a->k[0], (long long)a->k[1]);
+  if (a->s[0] <= 0 || a->s[1] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "stride should be greater than zero, but got dH: %lld dW: %lld",
+                    (long long)a->s[0], (long long)a->s[1]);
+  if (a->d[0] <= 0 || a->d[1] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "dilation should be greater than zero, but got dilationH: %lld dilationW: %lld",
+                    (long long)a->d[0], (long long)a->d[1]);
+  bool ok = true;
+  for (int d = nd - 3; d < nd; ++d) ok &= x->sizes[d] != 0;
+  char s1[256];
+  if (!ok)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:%s",
+                    fmt_sizes(s1, sizeof s1, nd, x->sizes));
+  if (oh < 1 || ow < 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Given input size: (%lldx%lldx%lld). Calculated output size: (%lldx%lldx%lld). Output size is too small",
+                    (long long)C, (long long)H, (long long)W, (long long)C, (long long)oh, (long long)ow);
+  for (int d = 0; d < nd - 2; ++d) a->out[d] = x->sizes[d];
+  a->out[nd - 2] = oh;
+  a->out[nd - 1] = ow;
+  return NULL;
+}
+
+static void pool_attrs(tpu_node_t* n, const pool_args_t* a) {
+  n->ia[0] = a->k[0]; n->ia[1] = a->k[1]; n->ia[2] = a->s[0]; n->ia[3] = a->s[1];
+  n->ia[4] = a->p[0]; n->ia[5] = a->p[1]; n->ia[6] = a->d[0]; n->ia[7] = a->d[1];
+}
+
+/* grad_output must have the forward's output shape; message as PyTorch's
+ * check_dim_size. */
+static tpu_status_t check_grad_shape(tpu_build_t* b, const tpu_view_t* go, int nd, const int64_t* out) {
+  for (int d = (nd == 4 ? 1 : 0); d < nd; ++d) {
+    if (go->ndim != nd || go->sizes[d] != out[d])
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Expected a tensor of dimension %d and tensor.size[%d] == %lld but got: dimension %d and "
+                      "tensor.size[%d] = %lld", nd, d, (long long)out[d], go->ndim, d,
+                      (long long)(d < go->ndim ? go->sizes[d] : 0));
+  }
+  if (go->sizes[0] != out[0])
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected a tensor of dimension %d and tensor.size[0] == %lld but got: dimension %d and "
+                    "tensor.size[0] = %lld", nd, (long long)out[0], go->ndim, (long long)go->sizes[0]);
+  return NULL;
+}
+
+static tpu_status_t build_maxpool(tpu_build_t* b) {
+  const tpu_view_t* x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  pool_args_t a;
+  TPU_RETURN_IF_ERROR(pool_parse(b, "max_pool2d", x, 1, true, &a));
+  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "max_pool2d", x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  pool_attrs(n, &a);
+  n->kind = TPU_KIND_MAXPOOL2D;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, x->ndim, a.out);
+  tpu__node_add_output(n, TPU_DTYPE_I64, x->ndim, a.out);
+  return NULL;
+}
+
+static tpu_status_t indices_check(tpu_build_t* b, const tpu_view_t* ind) {
+  if (ind->dtype != TPU_DTYPE_I64)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type Long but found %s", st_name(ind->dtype));
+  return NULL;
+}
+
+static tpu_status_t build_maxpool_bwd(tpu_build_t* b) {
+  const tpu_view_t *go, *x, *ind;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 7, &ind));
+  pool_args_t a;
+  /* The schema has ceil_mode at 6 and indices at 7: dilation is at 5. */
+  TPU_RETURN_IF_ERROR(pool_parse(b, "max_pool2d_with_indices_backward", x, 2, true, &a));
+  if (go->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
+                    meta_name(x->dtype), meta_name(go->dtype));
+  TPU_RETURN_IF_ERROR(indices_check(b, ind));
+  TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, a.out));
+  TPU_RETURN_IF_ERROR(check_grad_shape(b, ind, x->ndim, a.out));
+  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "max_pool2d_backward", x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ind));
+  pool_attrs(n, &a);
+  n->kind = TPU_KIND_MAXPOOL2D_BWD;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  return NULL;
+}
+
+static tpu_status_t avg_common(tpu_build_t* b, const tpu_view_t* x, int ki, pool_args_t* a, tpu_node_t* n) {
+  TPU_RETURN_IF_ERROR(pool_parse(b, "avg_pool2d", x, ki, false, a));
+  bool cip;
+  int64_t div;
+  TPU_RETURN_IF_ERROR(arg_flag(b, ki + 4, true, &cip));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, ki + 5, 0, &div));
+  if (!tpu__arg_is_none(b, ki + 5) && div == 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "divisor must be not zero");
+  if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_I64)
+    return not_implemented(b, "avg_pool2d", x->dtype);
+  pool_attrs(n, a);
+  n->ia[8] = cip;
+  n->ia[9] = div;
+  n->compute = tpu__compute_dtype(x->dtype);
+  return NULL;
+}
+
+static tpu_status_t build_avgpool(tpu_build_t* b) {
+  const tpu_view_t* x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  pool_args_t a;
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(avg_common(b, x, 1, &a, n));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_AVGPOOL2D;
+  tpu__node_add_output(n, x->dtype, x->ndim, a.out);
+  return NULL;
+}
+
+static tpu_status_t build_avgpool_bwd(tpu_build_t* b) {
+  const tpu_view_t *go, *x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  pool_args_t a;
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(avg_common(b, x, 2, &a, n));
+  if (go->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
+                    meta_name(x->dtype), meta_name(go->dtype));
+  TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, a.out));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_AVGPOOL2D_BWD;
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  return NULL;
+}
+
+/* _adaptive_avg_pool2d / adaptive_max_pool2d forward checks. */
+static tpu_status_t adaptive_parse(tpu_build_t* b, const char* name, bool is_max, const tpu_view_t* x, int64_t* out) {
+  const int64_t* os;
+  int len;
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &os, &len));
+  if (len != 2)
+    return is_max ? tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): internal error: output_size.size() must be 2", name)
+                  : tpu__err(b, TPU_INVALID_ARGUMENT, "%s: output_size must be 2", name);
+  char s1[256];
+  int nd = x->ndim;
+  if (nd != 3 && nd != 4)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected 3D or 4D tensor, but got%s %s", name,
+                    is_max ? ":" : "", fmt_sizes(s1, sizeof s1, nd, x->sizes));
+  for (int d = 1; d < nd; ++d)
+    if (x->sizes[d] == 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
+                      "sizes %s with dimension %d being empty", name, fmt_sizes(s1, sizeof s1, nd, x->sizes), d);
+  if (os[0] < 0 || os[1] < 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "%s: elements of output_size must be greater than or equal to 0 but received {%lld, %lld}",
+                    name, (long long)os[0], (long long)os[1]);
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, name, x->dtype);
+  for (int d = 0; d < nd - 2; ++d) out[d] = x->sizes[d];
+  out[nd - 2] = os[0];
+  out[nd - 1] = os[1];
+  return NULL;
+}
+
+static tpu_status_t build_adaptive_avg(tpu_build_t* b) {
+  const tpu_view_t* x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  int64_t out[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(adaptive_parse(b, "adaptive_avg_pool2d", false, x, out));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_ADAPTIVE_AVGPOOL2D;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, x->ndim, out);
+  return NULL;
+}
+
+static tpu_status_t build_adaptive_max(tpu_build_t* b) {
+  const tpu_view_t* x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  int64_t out[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(adaptive_parse(b, "adaptive_max_pool2d", true, x, out));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_ADAPTIVE_MAXPOOL2D;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, x->ndim, out);
+  tpu__node_add_output(n, TPU_DTYPE_I64, x->ndim, out);
+  return NULL;
+}
+
+static tpu_status_t build_adaptive_avg_bwd(tpu_build_t* b) {
+  const tpu_view_t *go, *x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  const char* who = "adaptive_avg_pool2d_backward_out_cpu_template";
+  if (go->ndim != x->ndim)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dimensions %d for `grad_output` but got dimensions %d",
+                    who, x->ndim, go->ndim);
+  if (x->ndim != 3 && x->ndim != 4)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected 3D or 4D tensor for `grad_output`", who);
+  for (int d = 0; d < x->ndim - 2; ++d)
+    if (go->sizes[d] != x->sizes[d])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: grad_output and input sizes differ at dimension %d", who, d);
+  if (go->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dtype %s for `grad_output` but got dtype %s", who,
+                    meta_name(x->dtype), meta_name(go->dtype));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, "adaptive_avg_pool2d_backward_cpu", x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_ADAPTIVE_AVGPOOL2D_BWD;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  return NULL;
+}
+
+static tpu_status_t build_adaptive_max_bwd(tpu_build_t* b) {
+  const tpu_view_t *go, *x, *ind;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &ind));
+  if (x->ndim != 3 && x->ndim != 4)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "adaptive_max_pool2d_backward(): Expected 3D or 4D grad_output");
+  if (go->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
+                    meta_name(x->dtype), meta_name(go->dtype));
+  TPU_RETURN_IF_ERROR(indices_check(b, ind));
+  bool same = go->ndim == x->ndim && ind->ndim == x->ndim;
+  for (int d = 0; same && d < x->ndim; ++d) same = go->sizes[d] == ind->sizes[d] && (d >= x->ndim - 2 || go->sizes[d] == x->sizes[d]);
+  char s1[256], s2[256];
+  if (!same)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected sizes of grad_output %s and indices %s to match",
+                    fmt_sizes(s1, sizeof s1, go->ndim, go->sizes), fmt_sizes(s2, sizeof s2, ind->ndim, ind->sizes));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, "adaptive_max_pool2d_backward", x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ind));
+  n->kind = TPU_KIND_MAXPOOL2D_BWD;
+  n->compute = tpu__compute_dtype(x->dtype);
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  return NULL;
+}
+
 const tpu_aten_entry_t tpu__aten_linalg[] = {
+    {"mm", build_gemm, &g_mm}, {"mm.out", build_gemm, &g_mm},
+    {"bmm", build_gemm, &g_bmm}, {"bmm.out", build_gemm, &g_bmm},
+    {"addmm", build_gemm, &g_addmm}, {"addmm_", build_gemm, &g_addmm}, {"addmm.out", build_gemm, &g_addmm},
+    {"baddbmm", build_gemm, &g_baddbmm}, {"baddbmm_", build_gemm, &g_baddbmm},
+    {"baddbmm.out", build_gemm, &g_baddbmm},
+    {"addbmm", build_gemm, &g_addbmm}, {"addbmm_", build_gemm, &g_addbmm}, {"addbmm.out", build_gemm, &g_addbmm},
+    {"addmv", build_gemm, &g_addmv}, {"addmv_", build_gemm, &g_addmv}, {"addmv.out", build_gemm, &g_addmv},
+    {"mv", build_gemm, &g_mv}, {"mv.out", build_gemm, &g_mv},
+    {"dot", build_gemm, &g_dot}, {"dot.out", build_gemm, &g_dot},
+    {"vdot", build_gemm, &g_dot}, {"vdot.out", build_gemm, &g_dot},
+    {"convolution_overrideable", build_conv, NULL},
+    {"convolution_backward_overrideable", build_conv_bwd, NULL},
+    {"max_pool2d_with_indices", build_maxpool, NULL},
+    {"max_pool2d_with_indices.out", build_maxpool, NULL},
+    {"max_pool2d_with_indices_backward", build_maxpool_bwd, NULL},
+    {"max_pool2d_with_indices_backward.grad_input", build_maxpool_bwd, NULL},
+    {"avg_pool2d", build_avgpool, NULL}, {"avg_pool2d.out", build_avgpool, NULL},
+    {"avg_pool2d_backward", build_avgpool_bwd, NULL},
+    {"avg_pool2d_backward.grad_input", build_avgpool_bwd, NULL},
+    {"_adaptive_avg_pool2d", build_adaptive_avg, NULL},
+    {"_adaptive_avg_pool2d_backward", build_adaptive_avg_bwd, NULL},
+    {"adaptive_max_pool2d", build_adaptive_max, NULL}, {"adaptive_max_pool2d.out", build_adaptive_max, NULL},
+    {"adaptive_max_pool2d_backward", build_adaptive_max_bwd, NULL},
+    {"adaptive_max_pool2d_backward.grad_input", build_adaptive_max_bwd, NULL},
     {NULL, NULL, NULL},
 };

@@ -34,6 +34,10 @@ const char* tpu_aten_op_name(int i) {
   return i >= 0 && i < tpu_aten_op_count() ? entries[i]->name : NULL;
 }
 
+bool tpu_aten_op_needs_seed(int i) {
+  return i >= 0 && i < tpu_aten_op_count() && (entries[i]->flags & TPU_ATEN_NEEDS_SEED);
+}
+
 const char* tpu_node_name(const tpu_node_t* n) { return tpu__node_describe(n); }
 
 const char* tpu__node_describe(const tpu_node_t* n) {
@@ -71,7 +75,7 @@ tpu_status_t tpu_node_submit(tpu_node_t* n) {
   for (int i = 0; i < n->n_out && device < 0; ++i)
     if (n->out_bound[i]) device = n->out[i].value->device;
   for (int i = 0; i < n->n_out; ++i)
-    if (!n->out_bound[i]) {
+    if (!n->out_bound[i] && !tpu__output_absent(&n->out[i])) {
       tpu_status_t st = tpu_status_make(TPU_INTERNAL, "%s: output %d not bound", tpu__node_describe(n), i);
       tpu__node_free(n);
       return st;

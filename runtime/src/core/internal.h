@@ -89,13 +89,16 @@ tpu_node_t* tpu__node_create(void); /* NULL on host OOM */
 tpu_status_t tpu__node_add_input(tpu_node_t* n, const tpu_view_t* view);
 tpu_status_t tpu__node_add_scalar(tpu_node_t* n, double d, int64_t i, tpu_dtype_t dtype);
 tpu_status_t tpu__node_add_absent(tpu_node_t* n); /* an optional input that is None */
-/* Declares output metadata (bound later). Returns its index, or -1 if too many. */
+/* Declares output metadata (bound later). Returns its index, or -1 if too many.
+ * ndim < 0 declares an absent output (an undefined tensor, e.g. a gradient that
+ * output_mask did not ask for): it is never bound and kernels must skip it. */
 int tpu__node_add_output(tpu_node_t* n, tpu_dtype_t dtype, int32_t ndim, const int64_t* sizes);
 tpu_status_t tpu__node_set_ilist(tpu_node_t* n, const int64_t* v, int len);
 /* Creates and binds a fresh contiguous output value (used by runtime-internal nodes). */
 tpu_status_t tpu__node_bind_new_output(tpu_node_t* n, int i, int device);
 
 /* Pointer to operand element 0 (value data + offset). Only for device-side code. */
+static inline bool tpu__output_absent(const tpu_operand_t* op) { return op->ndim < 0; }
 static inline char* tpu__operand_ptr(const tpu_operand_t* op) {
   return (char*)op->value->data + op->offset * (int64_t)tpu_dtype_size(op->dtype);
 }

@@ -84,6 +84,7 @@ int tpu__node_add_output(tpu_node_t* n, tpu_dtype_t dtype, int32_t ndim, const i
   op->dtype = dtype;
   op->ndim = ndim;
   for (int i = 0; i < ndim; ++i) op->sizes[i] = sizes[i];
+  if (ndim < 0) op->ndim = -1;
   return n->n_out++;
 }
 
@@ -116,6 +117,8 @@ tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
   if (i < 0 || i >= n->n_out)
     return tpu_status_make(TPU_INTERNAL, "%s: output %d out of range", tpu_node_name(n), i);
   tpu_operand_t* op = &n->out[i];
+  if (tpu__output_absent(op))
+    return tpu_status_make(TPU_INTERNAL, "%s: output %d is absent", tpu_node_name(n), i);
   bool same = v->ndim == op->ndim;
   for (int k = 0; same && k < v->ndim; ++k) same = v->sizes[k] == op->sizes[k];
   if (!same) {

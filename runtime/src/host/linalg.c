@@ -1,4 +1,715 @@
-/* Host kernels of the linalg family. */
+/* Host kernels of the linalg family: GEMM through OpenBLAS, convolution as im2col +
+ * GEMM, and 2-d pooling.
+ *
+ * Node layouts (set by aten/linalg.c):
+ *  GEMM      in[0] A viewed [batch, M, K], in[1] B viewed [batch, K, N], in[2] C (the
+ *            added tensor, broadcast to the output) or absent. da[0]/da[1] = alpha/beta,
+ *            ia[1]/ia[2] the same as integers, ia[0] = 1 to sum over the batch (addbmm).
+ *            The output holds batch*M*N (or M*N) elements in row-major order.
+ *  CONV      in[0] input [N, C, *S], in[1] weight, in[2] bias or absent. ia[0] = spatial
+ *            dims, ia[1] = groups, ia[2] = transposed; ilist = stride, padding, dilation.
+ *  CONV_BWD  in[0] grad_output, in[1] input, in[2] weight; ia as CONV, ia[3..5] = mask.
+ *  pools     in[0] input (forward) or grad_output, in[1] input, in[2] indices (backward);
+ *            ia[0..7] = kH kW sH sW pH pW dH dW, ia[8] = count_include_pad,
+ *            ia[9] = divisor_override (0: none). Output sizes come from the operands.
+ *
+ * Floating inputs compute in f32 (f32/bf16/f16) or f64, integers in wrapping int64. */
+#include <cblas.h>
+#include <math.h>
+
 #include "host/host.h"
 
-void tpu__host_register_linalg(tpu_host_kernel_fn* table) { (void)table; }
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_init(void) {
+  tpu_device_props_t p;
+  int n = 1;
+  if (!tpu__host_driver()->vt->props(tpu__host_driver(), 0, &p)) n = p.core_count;
+  scipy_openblas_set_num_threads(n > 0 ? n : 1);
+}
+
+static bool fits_blasint(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+/* Row-major C[M,N] = alpha * op(A) op(B) + beta * C over dense compute buffers. Integer
+ * products wrap like PyTorch's int64 arithmetic. */
+static void gemm_dense(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                       double alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                       double beta, void* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    /* BLAS rejects a zero leading dimension; the product is empty, only beta applies. */
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        if (cd == TPU_DTYPE_F32) { float* c = (float*)C + i * ldc + j; *c = beta == 0 ? 0.0f : *c * (float)beta; }
+        else if (cd == TPU_DTYPE_F64) { double* c = (double*)C + i * ldc + j; *c = beta == 0 ? 0.0 : *c * beta; }
+        else { int64_t* c = (int64_t*)C + i * ldc + j; *c = (int64_t)((uint64_t)*c * (uint64_t)(int64_t)beta); }
+      }
+    return;
+  }
+  if (cd == TPU_DTYPE_F32) {
+    scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                      (blasint)M, (blasint)N, (blasint)K, (float)alpha, A, (blasint)lda, B,
+                      (blasint)ldb, (float)beta, C, (blasint)ldc);
+  } else if (cd == TPU_DTYPE_F64) {
+    scipy_cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                      (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb,
+                      beta, C, (blasint)ldc);
+  } else {
+    const uint64_t* a = A;
+    const uint64_t* b = B;
+    uint64_t* c = C;
+    uint64_t al = (uint64_t)(int64_t)alpha, be = (uint64_t)(int64_t)beta;
+    for (int64_t i = 0; i < M; ++i) {
+      uint64_t* ci = c + i * ldc;
+      for (int64_t j = 0; j < N; ++j) ci[j] *= be;
+      for (int64_t k = 0; k < K; ++k) {
+        uint64_t av = al * (ta ? a[k * lda + i] : a[i * lda + k]);
+        if (tb) for (int64_t j = 0; j < N; ++j) ci[j] += av * b[j * ldb + k];
+        else for (int64_t j = 0; j < N; ++j) ci[j] += av * b[k * ldb + j];
+      }
+    }
+  }
+}
+
+/* ---- GEMM ---------------------------------------------------------------------------- */
+
+/* How one [batch, rows, cols] operand is handed to BLAS: in place when its strides are
+ * a (possibly transposed) row-major matrix, else packed. */
+typedef struct mat_s {
+  const char* ptr;
+  bool trans;
+  int64_t ld, bstride; /* elements */
+  void* owned;
+} mat_t;
+
+static bool mat_direct(const tpu_operand_t* op, mat_t* m) {
+  int64_t r = op->sizes[1], c = op->sizes[2];
+  int64_t sr = op->strides[1], sc = op->strides[2];
+  if (c == 1) sc = 1;
+  if (r == 1) sr = c > 1 ? c : 1;
+  if (sc == 1 && sr >= (c > 1 ? c : 1) && fits_blasint(sr)) {
+    m->trans = false; m->ld = sr;
+  } else if (sr == 1 && sc >= (r > 1 ? r : 1) && fits_blasint(sc)) {
+    m->trans = true; m->ld = sc;
+  } else {
+    return false;
+  }
+  m->ptr = tpu__operand_ptr(op);
+  m->bstride = op->sizes[0] > 1 ? op->strides[0] : 0;
+  m->owned = NULL;
+  return true;
+}
+
+static tpu_status_t mat_get(const tpu_operand_t* op, tpu_dtype_t want, mat_t* m) {
+  if (op->dtype == want && mat_direct(op, m)) return NULL;
+  m->owned = tpu__pack_alloc(op, want);
+  if (!m->owned) return TPU_HOST_NOMEM();
+  m->ptr = m->owned;
+  m->trans = false;
+  m->ld = op->sizes[2] > 1 ? op->sizes[2] : 1;
+  m->bstride = op->sizes[1] * op->sizes[2];
+  return NULL;
+}
+
+/* A copy of op aligned to (nd, sizes) with zero strides on broadcast dims. */
+static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t* sizes) {
+  tpu_operand_t b = *op;
+  b.ndim = nd;
+  for (int d = 0; d < nd; ++d) {
+    int sd = d - (nd - op->ndim);
+    b.sizes[d] = sizes[d];
+    b.strides[d] = sd >= 0 && op->sizes[sd] != 1 ? op->strides[sd] : 0;
+  }
+  return b;
+}
+
+static void round_f32_to(tpu_dtype_t dt, float* v, int64_t n) {
+  if (dt == TPU_DTYPE_BF16)
+    for (int64_t i = 0; i < n; ++i) v[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(v[i]));
+  else if (dt == TPU_DTYPE_F16)
+    for (int64_t i = 0; i < n; ++i) v[i] = (float)(_Float16)v[i];
+}
+
+static tpu_status_t gemm_kernel(tpu_node_t* n) {
+  pthread_once(&blas_once, blas_init);
+  const tpu_operand_t *A = &n->in[0], *B = &n->in[1], *C = &n->in[2];
+  tpu_operand_t* out = &n->out[0];
+  int64_t bt = A->sizes[0], M = A->sizes[1], K = A->sizes[2], N = B->sizes[2];
+  bool reduce = n->ia[0] != 0;
+  int64_t bo = reduce ? 1 : bt;
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  if (!fits_blasint(M) || !fits_blasint(N) || !fits_blasint(K))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix dimension exceeds 2^31-1",
+                           tpu__node_describe(n));
+  uint64_t total;
+  if (!tpu__mul_ok((uint64_t)(bo * M), (uint64_t)N * csz, &total)) return TPU_HOST_NOMEM();
+  if (total == 0) return NULL;
+  char* acc = tpu__calloc(1, (size_t)total);
+  if (!acc) return TPU_HOST_NOMEM();
+  double beta = n->da[1];
+  bool use_c = C->value && (tpu_dtype_is_floating(cd) ? beta != 0 : n->ia[2] != 0);
+  if (use_c) {
+    tpu_operand_t cb = broadcast_to(C, out->ndim, out->sizes);
+    tpu__pack(&cb, NULL, cd, acc);
+  }
+  tpu_status_t st = NULL;
+  mat_t a = {0}, b = {0};
+  if (K > 0 && bt > 0 && M > 0 && N > 0) {
+    /* bf16/f16 operands widen to f32 (the pinned OpenBLAS exports no sbgemm); the f32
+     * accumulation and single final rounding match PyTorch's CPU result. */
+    st = mat_get(A, cd, &a);
+    if (!st) st = mat_get(B, cd, &b);
+    if (!st) {
+      double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
+      double scale = use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0;
+      for (int64_t i = 0; i < bt; ++i) {
+        char* ci = acc + (size_t)((reduce ? 0 : i) * M * N) * csz;
+        /* beta scales C once; later batches of addbmm accumulate with beta 1. */
+        double bb = reduce && i > 0 ? 1.0 : scale;
+        const char* pa = a.ptr + (size_t)(i * a.bstride) * csz;
+        const char* pb = b.ptr + (size_t)(i * b.bstride) * csz;
+        gemm_dense(cd, a.trans, b.trans, M, N, K, alpha, pa, a.ld, pb, b.ld, bb, ci, N);
+        /* PyTorch's addbmm is a loop of addmm_ into the output: a bf16/f16 result is
+         * rounded after every batch. */
+        if (reduce && cd == TPU_DTYPE_F32) round_f32_to(out->dtype, (float*)ci, M * N);
+      }
+    }
+  } else if (use_c && tpu_dtype_is_floating(cd)) {
+    for (uint64_t i = 0; i < total / csz; ++i) {
+      if (cd == TPU_DTYPE_F32) ((float*)acc)[i] *= (float)beta;
+      else ((double*)acc)[i] *= beta;
+    }
+  } else if (use_c) {
+    for (uint64_t i = 0; i < total / csz; ++i)
+      ((int64_t*)acc)[i] = (int64_t)((uint64_t)((int64_t*)acc)[i] * (uint64_t)n->ia[2]);
+  }
+  if (!st) tpu__unpack(out, acc, cd);
+  tpu__free(a.owned);
+  tpu__free(b.owned);
+  tpu__free(acc);
+  return st;
+}
+
+/* ---- convolution ------------------------------------------------------------------------ */
+
+typedef struct conv_geom_s {
+  int nd;
+  int64_t img[3], pos[3], k[3], s[3], p[3], d[3];
+  int64_t kk, npos, nimg;
+} conv_geom_t;
+
+/* col[(c, kernel offset), position] = img[c, position*s - p + offset*d] (0 outside).
+ * With add set, the reverse: img += col at those places (col2im). */
+static void im2col(tpu_dtype_t cd, const conv_geom_t* g, int64_t C, void* img, void* col, bool add) {
+  int nd = g->nd;
+  int64_t rows = C * g->kk;
+  int64_t inner = g->pos[nd - 1], outer = g->npos / (inner ? inner : 1);
+  if (g->npos == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t c = r / g->kk, kr = r % g->kk, kv[3] = {0, 0, 0};
+    for (int d = nd - 1; d >= 0; --d) { kv[d] = kr % g->k[d]; kr /= g->k[d]; }
+    int64_t ov[3] = {0, 0, 0};
+    for (int64_t o = 0; o < outer; ++o) {
+      /* outer position index -> multi-index over dims 0..nd-2 */
+      int64_t rem = o, base = c * g->nimg, ok = 1;
+      for (int d = nd - 2; d >= 0; --d) { ov[d] = rem % g->pos[d]; rem /= g->pos[d]; }
+      int64_t off = 0;
+      for (int d = 0; d < nd - 1; ++d) {
+        int64_t iv = ov[d] * g->s[d] - g->p[d] + kv[d] * g->d[d];
+        if (iv < 0 || iv >= g->img[d]) { ok = 0; break; }
+        off = off * g->img[d] + iv;
+      }
+      int64_t cidx = r * g->npos + o * inner;
+      int ld = nd - 1;
+      int64_t w0 = -g->p[ld] + kv[ld] * g->d[ld], sw = g->s[ld], W = g->img[ld];
+      off = ok ? off * W : 0;
+      if (cd == TPU_DTYPE_F32) {
+        float* cl = (float*)col + cidx;
+        float* im = (float*)img + base + off;
+        for (int64_t x = 0; x < inner; ++x) {
+          int64_t iw = w0 + x * sw;
+          bool in = ok && iw >= 0 && iw < W;
+          if (add) { if (in) im[iw] += cl[x]; }
+          else cl[x] = in ? im[iw] : 0.0f;
+        }
+      } else if (cd == TPU_DTYPE_F64) {
+        double* cl = (double*)col + cidx;
+        double* im = (double*)img + base + off;
+        for (int64_t x = 0; x < inner; ++x) {
+          int64_t iw = w0 + x * sw;
+          bool in = ok && iw >= 0 && iw < W;
+          if (add) { if (in) im[iw] += cl[x]; }
+          else cl[x] = in ? im[iw] : 0.0;
+        }
+      } else {
+        int64_t* cl = (int64_t*)col + cidx;
+        int64_t* im = (int64_t*)img + base + off;
+        for (int64_t x = 0; x < inner; ++x) {
+          int64_t iw = w0 + x * sw;
+          bool in = ok && iw >= 0 && iw < W;
+          if (add) { if (in) im[iw] = (int64_t)((uint64_t)im[iw] + (uint64_t)cl[x]); }
+          else cl[x] = in ? im[iw] : 0;
+        }
+      }
+    }
+  }
+}
+
+/* Geometry with the image on `img_op`'s spatial dims and positions on `pos_op`'s. */
+static void conv_geom(const tpu_node_t* n, const tpu_operand_t* img_op, const tpu_operand_t* pos_op,
+                      const tpu_operand_t* w, conv_geom_t* g) {
+  int nd = (int)n->ia[0];
+  g->nd = nd;
+  g->kk = 1; g->npos = 1; g->nimg = 1;
+  for (int d = 0; d < nd; ++d) {
+    g->img[d] = img_op->sizes[2 + d];
+    g->pos[d] = pos_op->sizes[2 + d];
+    g->k[d] = w->sizes[2 + d];
+    g->s[d] = n->ilist[d];
+    g->p[d] = n->ilist[nd + d];
+    g->d[d] = n->ilist[2 * nd + d];
+    g->kk *= g->k[d]; g->npos *= g->pos[d]; g->nimg *= g->img[d];
+  }
+}
+
+static bool conv_is_identity(const conv_geom_t* g) {
+  for (int d = 0; d < g->nd; ++d)
+    if (g->k[d] != 1 || g->s[d] != 1 || g->p[d] != 0 || g->img[d] != g->pos[d]) return false;
+  return true;
+}
+
+static void* alloc_elems(int64_t n, size_t esz) {
+  uint64_t bytes;
+  if (n < 0 || !tpu__mul_ok((uint64_t)n, esz, &bytes)) return NULL;
+  return tpu__calloc(1, (size_t)(bytes ? bytes : 1));
+}
+
+static void add_bias(tpu_dtype_t cd, void* y, const void* bias, int64_t N, int64_t C, int64_t L) {
+  for (int64_t i = 0; i < N * C; ++i) {
+    int64_t c = i % C;
+    if (cd == TPU_DTYPE_F32) { float* p = (float*)y + i * L; float b = ((const float*)bias)[c]; for (int64_t l = 0; l < L; ++l) p[l] += b; }
+    else if (cd == TPU_DTYPE_F64) { double* p = (double*)y + i * L; double b = ((const double*)bias)[c]; for (int64_t l = 0; l < L; ++l) p[l] += b; }
+    else { int64_t* p = (int64_t*)y + i * L; int64_t b = ((const int64_t*)bias)[c]; for (int64_t l = 0; l < L; ++l) p[l] = (int64_t)((uint64_t)p[l] + (uint64_t)b); }
+  }
+}
+
+static bool conv_dims_fit(const conv_geom_t* g, int64_t a, int64_t b) {
+  return fits_blasint(g->kk * a) && fits_blasint(g->npos) && fits_blasint(g->nimg) && fits_blasint(b);
+}
+
+static tpu_status_t conv_kernel(tpu_node_t* n) {
+  pthread_once(&blas_once, blas_init);
+  const tpu_operand_t *X = &n->in[0], *W = &n->in[1], *Bs = &n->in[2];
+  tpu_operand_t* Y = &n->out[0];
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t groups = n->ia[1];
+  bool transposed = n->ia[2] != 0;
+  int64_t N = X->sizes[0], Cin = X->sizes[1], Cout = Y->sizes[1];
+  int64_t Cin_g = Cin / groups, Cout_g = Cout / groups;
+  conv_geom_t g;
+  /* The image is the larger side: the input for convolution, the output if transposed. */
+  if (transposed) conv_geom(n, Y, X, W, &g);
+  else conv_geom(n, X, Y, W, &g);
+  if (!conv_dims_fit(&g, transposed ? Cout_g : Cin_g, Cout_g))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
+  int64_t L_in = 1, L_out = 1;
+  for (int d = 0; d < g.nd; ++d) { L_in *= X->sizes[2 + d]; L_out *= Y->sizes[2 + d]; }
+  int64_t ny = tpu__operand_numel(Y);
+  if (ny == 0) return NULL;
+  void* x = tpu__pack_alloc(X, cd);
+  void* w = tpu__pack_alloc(W, cd);
+  void* y = alloc_elems(ny, csz);
+  bool ident = conv_is_identity(&g);
+  void* col = ident ? NULL : alloc_elems((transposed ? Cout_g : Cin_g) * g.kk * g.npos, csz);
+  void* bias = Bs->value ? tpu__pack_alloc(Bs, cd) : NULL;
+  tpu_status_t st = NULL;
+  if (!x || !w || !y || (!ident && !col) || (Bs->value && !bias)) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t b = 0; b < N; ++b) {
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      char* xg = (char*)x + (size_t)((b * Cin + gi * Cin_g) * L_in) * csz;
+      char* yg = (char*)y + (size_t)((b * Cout + gi * Cout_g) * L_out) * csz;
+      if (!transposed) {
+        /* y_g[Cout_g, L_out] = w_g[Cout_g, Cin_g*kk] @ col[Cin_g*kk, L_out] */
+        const char* wg = (char*)w + (size_t)(gi * Cout_g * Cin_g * g.kk) * csz;
+        const void* cm = xg;
+        if (!ident) { im2col(cd, &g, Cin_g, xg, col, false); cm = col; }
+        gemm_dense(cd, false, false, Cout_g, L_out, Cin_g * g.kk, 1.0, wg, Cin_g * g.kk, cm,
+                   L_out, 0.0, yg, L_out);
+      } else {
+        /* col[Cout_g*kk, L_in] = w_g^T @ x_g, w_g = [Cin_g, Cout_g*kk]; then col2im */
+        const char* wg = (char*)w + (size_t)(gi * Cin_g * Cout_g * g.kk) * csz;
+        void* cm = ident ? yg : col;
+        gemm_dense(cd, true, false, Cout_g * g.kk, L_in, Cin_g, 1.0, wg, Cout_g * g.kk, xg, L_in,
+                   0.0, cm, L_in);
+        if (!ident) im2col(cd, &g, Cout_g, yg, col, true);
+      }
+    }
+  }
+  if (bias) add_bias(cd, y, bias, N, Cout, L_out);
+  tpu__unpack(Y, y, cd);
+done:
+  tpu__free(x); tpu__free(w); tpu__free(y); tpu__free(col); tpu__free(bias);
+  return st;
+}
+
+static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
+  pthread_once(&blas_once, blas_init);
+  const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *W = &n->in[2];
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t groups = n->ia[1];
+  bool transposed = n->ia[2] != 0;
+  bool need_gi = n->ia[3] != 0, need_gw = n->ia[4] != 0, need_gb = n->ia[5] != 0;
+  int64_t N = X->sizes[0], Cin = X->sizes[1], Cout = GO->sizes[1];
+  int64_t Cin_g = Cin / groups, Cout_g = Cout / groups;
+  conv_geom_t g;
+  if (transposed) conv_geom(n, GO, X, W, &g);
+  else conv_geom(n, X, GO, W, &g);
+  if (!conv_dims_fit(&g, transposed ? Cout_g : Cin_g, Cout_g))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
+  int64_t L_in = 1, L_out = 1;
+  for (int d = 0; d < g.nd; ++d) { L_in *= X->sizes[2 + d]; L_out *= GO->sizes[2 + d]; }
+  int64_t nw = tpu__operand_numel(W), nx = tpu__operand_numel(X);
+  bool ident = conv_is_identity(&g);
+  /* Outputs output_mask did not ask for are absent (never bound) and not written. */
+  void* go = tpu__pack_alloc(GO, cd);
+  void* x = need_gw ? tpu__pack_alloc(X, cd) : NULL;
+  void* w = need_gi ? tpu__pack_alloc(W, cd) : NULL;
+  void* gi_ = alloc_elems(nx, csz);
+  void* gw = alloc_elems(nw, csz);
+  void* gb = alloc_elems(Cout, csz);
+  int64_t ccols = (transposed ? Cout_g : Cin_g) * g.kk * g.npos;
+  void* col = ident ? NULL : alloc_elems(ccols, csz);
+  tpu_status_t st = NULL;
+  if (!go || (need_gw && !x) || (need_gi && !w) || !gi_ || !gw || !gb || (!ident && !col)) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  for (int64_t b = 0; b < N && (need_gi || need_gw); ++b) {
+    for (int64_t gr = 0; gr < groups; ++gr) {
+      char* gog = (char*)go + (size_t)((b * Cout + gr * Cout_g) * L_out) * csz;
+      size_t xoff = (size_t)((b * Cin + gr * Cin_g) * L_in) * csz;
+      if (!transposed) {
+        size_t woff = (size_t)(gr * Cout_g * Cin_g * g.kk) * csz;
+        if (need_gi) {
+          /* col = w_g^T @ go_g; col2im into grad_input */
+          char* gig = (char*)gi_ + xoff;
+          void* cm = ident ? (void*)gig : col;
+          gemm_dense(cd, true, false, Cin_g * g.kk, L_out, Cout_g, 1.0, (char*)w + woff,
+                     Cin_g * g.kk, gog, L_out, 0.0, cm, L_out);
+          if (!ident) im2col(cd, &g, Cin_g, gig, col, true);
+        }
+        if (need_gw) {
+          /* gw_g += go_g @ col(x_g)^T */
+          const void* cm = (char*)x + xoff;
+          if (!ident) { im2col(cd, &g, Cin_g, (char*)x + xoff, col, false); cm = col; }
+          gemm_dense(cd, false, true, Cout_g, Cin_g * g.kk, L_out, 1.0, gog, L_out, cm, L_out,
+                     1.0, (char*)gw + woff, Cin_g * g.kk);
+        }
+      } else {
+        size_t woff = (size_t)(gr * Cin_g * Cout_g * g.kk) * csz;
+        const void* cm = gog;
+        if (!ident) { im2col(cd, &g, Cout_g, gog, col, false); cm = col; }
+        if (need_gi)  /* gi_g[Cin_g, L_in] = w_g[Cin_g, Cout_g*kk] @ col */
+          gemm_dense(cd, false, false, Cin_g, L_in, Cout_g * g.kk, 1.0, (char*)w + woff,
+                     Cout_g * g.kk, cm, L_in, 0.0, (char*)gi_ + xoff, L_in);
+        if (need_gw)  /* gw_g += x_g[Cin_g, L_in] @ col^T */
+          gemm_dense(cd, false, true, Cin_g, Cout_g * g.kk, L_in, 1.0, (char*)x + xoff, L_in, cm,
+                     L_in, 1.0, (char*)gw + woff, Cout_g * g.kk);
+      }
+    }
+  }
+  if (need_gb) {
+    for (int64_t i = 0; i < N * Cout; ++i) {
+      int64_t c = i % Cout;
+      if (cd == TPU_DTYPE_F32) { const float* p = (const float*)go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((float*)gb)[c] += (float)s; }
+      else if (cd == TPU_DTYPE_F64) { const double* p = (const double*)go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((double*)gb)[c] += s; }
+      else { const int64_t* p = (const int64_t*)go + i * L_out; uint64_t s = 0; for (int64_t l = 0; l < L_out; ++l) s += (uint64_t)p[l]; ((int64_t*)gb)[c] = (int64_t)((uint64_t)((int64_t*)gb)[c] + s); }
+    }
+  }
+  if (need_gi) tpu__unpack(&n->out[0], gi_, cd);
+  if (need_gw) tpu__unpack(&n->out[1], gw, cd);
+  if (need_gb) tpu__unpack(&n->out[2], gb, cd);
+done:
+  tpu__free(go); tpu__free(x); tpu__free(w); tpu__free(gi_); tpu__free(gw); tpu__free(gb);
+  tpu__free(col);
+  return st;
+}
+
+/* ---- pooling ----------------------------------------------------------------------------- */
+
+/* Planes = every dim before the last two. */
+typedef struct plane_s { int64_t P, H, W, OH, OW; } plane_t;
+
+static plane_t planes(const tpu_operand_t* in, const tpu_operand_t* out) {
+  plane_t p;
+  int nd = in->ndim;
+  p.P = 1;
+  for (int d = 0; d < nd - 2; ++d) p.P *= in->sizes[d];
+  p.H = in->sizes[nd - 2]; p.W = in->sizes[nd - 1];
+  p.OH = out->sizes[nd - 2]; p.OW = out->sizes[nd - 1];
+  return p;
+}
+
+static double ld_c(tpu_dtype_t cd, const void* b, int64_t i) {
+  return cd == TPU_DTYPE_F32 ? ((const float*)b)[i] : cd == TPU_DTYPE_F64 ? ((const double*)b)[i]
+                                                                           : (double)((const int64_t*)b)[i];
+}
+
+/* max_pool2d_with_indices and adaptive_max_pool2d: one window per output element; NaN
+ * wins, ties keep the first. adaptive = windows from the adaptive start/end rule. */
+static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
+  const tpu_operand_t* X = &n->in[0];
+  plane_t p = planes(X, &n->out[0]);
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t no = p.P * p.OH * p.OW;
+  if (no == 0) return NULL;
+  void* x = tpu__pack_alloc(X, cd);
+  void* y = alloc_elems(no, csz);
+  int64_t* ind = alloc_elems(no, sizeof(int64_t));
+  tpu_status_t st = NULL;
+  if (!x || !y || !ind) { st = TPU_HOST_NOMEM(); goto done; }
+  int64_t kH = n->ia[0], kW = n->ia[1], sH = n->ia[2], sW = n->ia[3], pH = n->ia[4],
+          pW = n->ia[5], dH = n->ia[6], dW = n->ia[7];
+  for (int64_t pl = 0; pl < p.P; ++pl) {
+    for (int64_t oh = 0; oh < p.OH; ++oh) {
+      int64_t h0, h1, hs;
+      if (adaptive) { h0 = oh * p.H / p.OH; h1 = ((oh + 1) * p.H + p.OH - 1) / p.OH; hs = 1; }
+      else {
+        h0 = oh * sH - pH; h1 = h0 + (kH - 1) * dH + 1; hs = dH;
+        while (h0 < 0) h0 += dH;
+        if (h1 > p.H) h1 = p.H;
+      }
+      for (int64_t ow = 0; ow < p.OW; ++ow) {
+        int64_t w0, w1, ws;
+        if (adaptive) { w0 = ow * p.W / p.OW; w1 = ((ow + 1) * p.W + p.OW - 1) / p.OW; ws = 1; }
+        else {
+          w0 = ow * sW - pW; w1 = w0 + (kW - 1) * dW + 1; ws = dW;
+          while (w0 < 0) w0 += dW;
+          if (w1 > p.W) w1 = p.W;
+        }
+        int64_t o = (pl * p.OH + oh) * p.OW + ow;
+        int64_t best_i = h0 * p.W + w0;
+        if (cd == TPU_DTYPE_I64) {
+          const int64_t* xp = (const int64_t*)x + pl * p.H * p.W;
+          int64_t best = INT64_MIN;
+          for (int64_t h = h0; h < h1; h += hs)
+            for (int64_t w = w0; w < w1; w += ws)
+              if (xp[h * p.W + w] > best) { best = xp[h * p.W + w]; best_i = h * p.W + w; }
+          ((int64_t*)y)[o] = best;
+        } else {
+          double best = -INFINITY;
+          for (int64_t h = h0; h < h1; h += hs)
+            for (int64_t w = w0; w < w1; w += ws) {
+              double v = ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
+              if (v > best || isnan(v)) { best = v; best_i = h * p.W + w; }
+            }
+          if (cd == TPU_DTYPE_F32) ((float*)y)[o] = (float)best;
+          else ((double*)y)[o] = best;
+        }
+        ind[o] = best_i;
+      }
+    }
+  }
+  tpu__unpack(&n->out[0], y, cd);
+  tpu__unpack(&n->out[1], ind, TPU_DTYPE_I64);
+done:
+  tpu__free(x); tpu__free(y); tpu__free(ind);
+  return st;
+}
+
+static tpu_status_t maxpool_kernel(tpu_node_t* n) { return maxpool_run(n, false); }
+static tpu_status_t adaptive_maxpool_kernel(tpu_node_t* n) { return maxpool_run(n, true); }
+
+/* Backward of both max pools: scatter-add grad_output at the saved indices. */
+static tpu_status_t maxpool_bwd_kernel(tpu_node_t* n) {
+  const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *IX = &n->in[2];
+  plane_t p = planes(X, GO);
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t ni = p.P * p.H * p.W, no = p.P * p.OH * p.OW;
+  void* gi = alloc_elems(ni, csz);
+  void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
+  int64_t* ind = no ? tpu__pack_alloc(IX, TPU_DTYPE_I64) : NULL;
+  tpu_status_t st = NULL;
+  if (!gi || (no && (!go || !ind))) { st = TPU_HOST_NOMEM(); goto done; }
+  int64_t HW = p.H * p.W;
+  for (int64_t pl = 0; pl < p.P && !st; ++pl) {
+    for (int64_t k = 0; k < p.OH * p.OW; ++k) {
+      int64_t o = pl * p.OH * p.OW + k, idx = ind[o];
+      if (idx < 0 || idx >= HW) {
+        st = tpu_status_make(TPU_INDEX_ERROR, "%s: index %lld out of range for a plane of %lld elements",
+                             tpu__node_describe(n), (long long)idx, (long long)HW);
+        break;
+      }
+      int64_t t = pl * HW + idx;
+      if (cd == TPU_DTYPE_F32) ((float*)gi)[t] += ((float*)go)[o];
+      else if (cd == TPU_DTYPE_F64) ((double*)gi)[t] += ((double*)go)[o];
+      else ((int64_t*)gi)[t] = (int64_t)((uint64_t)((int64_t*)gi)[t] + (uint64_t)((int64_t*)go)[o]);
+    }
+  }
+  if (!st) tpu__unpack(&n->out[0], gi, cd);
+done:
+  tpu__free(gi); tpu__free(go); tpu__free(ind);
+  return st;
+}
+
+/* Window of avg_pool2d output (oh, ow): clamped bounds and the divisor PyTorch uses. */
+static int64_t avg_window(const tpu_node_t* n, const plane_t* p, int64_t oh, int64_t ow,
+                          int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1) {
+  int64_t kH = n->ia[0], kW = n->ia[1], sH = n->ia[2], sW = n->ia[3], pH = n->ia[4], pW = n->ia[5];
+  int64_t hs = oh * sH - pH, ws = ow * sW - pW;
+  int64_t he = hs + kH < p->H + pH ? hs + kH : p->H + pH;
+  int64_t we = ws + kW < p->W + pW ? ws + kW : p->W + pW;
+  int64_t pool = (he - hs) * (we - ws);
+  if (hs < 0) hs = 0;
+  if (ws < 0) ws = 0;
+  if (he > p->H) he = p->H;
+  if (we > p->W) we = p->W;
+  *h0 = hs; *h1 = he; *w0 = ws; *w1 = we;
+  if (n->ia[9]) return n->ia[9];
+  return n->ia[8] ? pool : (he - hs) * (we - ws);
+}
+
+static tpu_status_t avgpool_kernel(tpu_node_t* n) {
+  const tpu_operand_t* X = &n->in[0];
+  plane_t p = planes(X, &n->out[0]);
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t no = p.P * p.OH * p.OW;
+  if (no == 0) return NULL;
+  void* x = tpu__pack_alloc(X, cd);
+  void* y = alloc_elems(no, csz);
+  tpu_status_t st = NULL;
+  if (!x || !y) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t pl = 0; pl < p.P; ++pl)
+    for (int64_t oh = 0; oh < p.OH; ++oh)
+      for (int64_t ow = 0; ow < p.OW; ++ow) {
+        int64_t h0, h1, w0, w1, o = (pl * p.OH + oh) * p.OW + ow;
+        int64_t div = avg_window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
+        if (h0 >= h1 || w0 >= w1) continue; /* stays 0 */
+        if (cd == TPU_DTYPE_I64) {
+          const int64_t* xp = (const int64_t*)x + pl * p.H * p.W;
+          uint64_t s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += (uint64_t)xp[h * p.W + w];
+          ((int64_t*)y)[o] = div ? (int64_t)s / div : 0;
+        } else {
+          double s = 0;
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) s += ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
+          if (cd == TPU_DTYPE_F32) ((float*)y)[o] = (float)(s / (double)div);
+          else ((double*)y)[o] = s / (double)div;
+        }
+      }
+  tpu__unpack(&n->out[0], y, cd);
+done:
+  tpu__free(x); tpu__free(y);
+  return st;
+}
+
+static tpu_status_t avgpool_bwd_kernel(tpu_node_t* n) {
+  const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
+  plane_t p = planes(X, GO);
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t no = p.P * p.OH * p.OW;
+  void* gi = alloc_elems(p.P * p.H * p.W, csz);
+  void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
+  tpu_status_t st = NULL;
+  if (!gi || (no && !go)) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t pl = 0; pl < p.P; ++pl)
+    for (int64_t oh = 0; oh < p.OH; ++oh)
+      for (int64_t ow = 0; ow < p.OW; ++ow) {
+        int64_t h0, h1, w0, w1, o = (pl * p.OH + oh) * p.OW + ow;
+        int64_t div = avg_window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) {
+            int64_t t = pl * p.H * p.W + h * p.W + w;
+            if (cd == TPU_DTYPE_F32) ((float*)gi)[t] += ((float*)go)[o] / (float)div;
+            else if (cd == TPU_DTYPE_F64) ((double*)gi)[t] += ((double*)go)[o] / (double)div;
+            else if (div) ((int64_t*)gi)[t] += ((int64_t*)go)[o] / div;
+          }
+      }
+  tpu__unpack(&n->out[0], gi, cd);
+done:
+  tpu__free(gi); tpu__free(go);
+  return st;
+}
+
+static tpu_status_t adaptive_avgpool_kernel(tpu_node_t* n) {
+  const tpu_operand_t* X = &n->in[0];
+  plane_t p = planes(X, &n->out[0]);
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t no = p.P * p.OH * p.OW;
+  if (no == 0) return NULL;
+  void* x = tpu__pack_alloc(X, cd);
+  void* y = alloc_elems(no, csz);
+  tpu_status_t st = NULL;
+  if (!x || !y) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t pl = 0; pl < p.P; ++pl)
+    for (int64_t oh = 0; oh < p.OH; ++oh) {
+      int64_t h0 = oh * p.H / p.OH, h1 = ((oh + 1) * p.H + p.OH - 1) / p.OH;
+      for (int64_t ow = 0; ow < p.OW; ++ow) {
+        int64_t w0 = ow * p.W / p.OW, w1 = ((ow + 1) * p.W + p.OW - 1) / p.OW;
+        double s = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) s += ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
+        s /= (double)((h1 - h0) * (w1 - w0));
+        int64_t o = (pl * p.OH + oh) * p.OW + ow;
+        if (cd == TPU_DTYPE_F32) ((float*)y)[o] = (float)s;
+        else ((double*)y)[o] = s;
+      }
+    }
+  tpu__unpack(&n->out[0], y, cd);
+done:
+  tpu__free(x); tpu__free(y);
+  return st;
+}
+
+static tpu_status_t adaptive_avgpool_bwd_kernel(tpu_node_t* n) {
+  const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
+  plane_t p = planes(X, GO);
+  tpu_dtype_t cd = n->compute;
+  size_t csz = tpu_dtype_size(cd);
+  int64_t no = p.P * p.OH * p.OW;
+  void* gi = alloc_elems(p.P * p.H * p.W, csz);
+  void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
+  tpu_status_t st = NULL;
+  if (!gi || (no && !go)) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t pl = 0; pl < p.P; ++pl)
+    for (int64_t oh = 0; oh < p.OH; ++oh) {
+      int64_t h0 = oh * p.H / p.OH, h1 = ((oh + 1) * p.H + p.OH - 1) / p.OH;
+      for (int64_t ow = 0; ow < p.OW; ++ow) {
+        int64_t w0 = ow * p.W / p.OW, w1 = ((ow + 1) * p.W + p.OW - 1) / p.OW;
+        int64_t o = (pl * p.OH + oh) * p.OW + ow;
+        double area = (double)((h1 - h0) * (w1 - w0));
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) {
+            int64_t t = pl * p.H * p.W + h * p.W + w;
+            if (cd == TPU_DTYPE_F32) ((float*)gi)[t] += ((float*)go)[o] / (float)area;
+            else ((double*)gi)[t] += ((double*)go)[o] / area;
+          }
+      }
+    }
+  tpu__unpack(&n->out[0], gi, cd);
+done:
+  tpu__free(gi); tpu__free(go);
+  return st;
+}
+
+void tpu__host_register_linalg(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_GEMM] = gemm_kernel;
+  table[TPU_KIND_CONV] = conv_kernel;
+  table[TPU_KIND_CONV_BWD] = conv_bwd_kernel;
+  table[TPU_KIND_MAXPOOL2D] = maxpool_kernel;
+  table[TPU_KIND_MAXPOOL2D_BWD] = maxpool_bwd_kernel;
+  table[TPU_KIND_AVGPOOL2D] = avgpool_kernel;
+  table[TPU_KIND_AVGPOOL2D_BWD] = avgpool_bwd_kernel;
+  table[TPU_KIND_ADAPTIVE_AVGPOOL2D] = adaptive_avgpool_kernel;
+  table[TPU_KIND_ADAPTIVE_AVGPOOL2D_BWD] = adaptive_avgpool_bwd_kernel;
+  table[TPU_KIND_ADAPTIVE_MAXPOOL2D] = adaptive_maxpool_kernel;
+}

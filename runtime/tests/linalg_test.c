@@ -1,0 +1,570 @@
+/* linalg family: matrix products, convolution, pooling, checked against hand-computed
+ * values and naive reference loops; error cases check the status class and text. */
+#include <string.h>
+
+#include "check.h"
+
+#define MAXT 64
+
+/* Test tensors: storages released at the end of each test via t_reset. */
+static tpu_storage_t* owned[MAXT];
+static int n_owned;
+
+static void t_reset(void) {
+  CHECK_OK(tpu_device_synchronize(0));
+  for (int i = 0; i < n_owned; ++i) tpu_storage_release(owned[i]);
+  n_owned = 0;
+}
+
+static size_t dsize(tpu_dtype_t d) { return tpu_dtype_size(d); }
+
+static tpu_view_t t_empty(tpu_dtype_t dt, int nd, const int64_t* sizes) {
+  int64_t n = 1;
+  for (int i = 0; i < nd; ++i) n *= sizes[i];
+  tpu_storage_t* s = NULL;
+  CHECK_OK(tpu_storage_create(0, (uint64_t)(n ? n : 1) * dsize(dt), &s));
+  owned[n_owned++] = s;
+  return check_view(s, dt, nd, sizes);
+}
+
+/* A tensor of dtype dt holding the given doubles (converted on the host side). */
+static tpu_view_t t_make(tpu_dtype_t dt, int nd, const int64_t* sizes, const double* v) {
+  tpu_view_t t = t_empty(dt, nd, sizes);
+  int64_t n = tpu_view_numel(&t);
+  char* buf = malloc((size_t)(n ? n : 1) * dsize(dt));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dt) {
+      case TPU_DTYPE_F32: ((float*)buf)[i] = (float)v[i]; break;
+      case TPU_DTYPE_F64: ((double*)buf)[i] = v[i]; break;
+      case TPU_DTYPE_I64: ((int64_t*)buf)[i] = (int64_t)v[i]; break;
+      case TPU_DTYPE_I32: ((int32_t*)buf)[i] = (int32_t)v[i]; break;
+      case TPU_DTYPE_F16: ((_Float16*)buf)[i] = (_Float16)v[i]; break;
+      case TPU_DTYPE_BF16: { float f = (float)v[i]; uint32_t u; memcpy(&u, &f, 4); ((uint16_t*)buf)[i] = (uint16_t)(u >> 16); break; }
+      case TPU_DTYPE_BOOL: case TPU_DTYPE_U8: ((uint8_t*)buf)[i] = (uint8_t)v[i]; break;
+      default: break;
+    }
+  }
+  CHECK_OK(tpu_copy_from_host(&t, buf));
+  free(buf);
+  return t;
+}
+
+static void t_read(const tpu_view_t* t, double* out) {
+  int64_t n = tpu_view_numel(t);
+  char* buf = malloc((size_t)(n ? n : 1) * dsize(t->dtype));
+  CHECK_OK(tpu_copy_to_host(t, buf));
+  for (int64_t i = 0; i < n; ++i) {
+    switch (t->dtype) {
+      case TPU_DTYPE_F32: out[i] = ((float*)buf)[i]; break;
+      case TPU_DTYPE_F64: out[i] = ((double*)buf)[i]; break;
+      case TPU_DTYPE_I64: out[i] = (double)((int64_t*)buf)[i]; break;
+      case TPU_DTYPE_I32: out[i] = ((int32_t*)buf)[i]; break;
+      case TPU_DTYPE_F16: out[i] = (double)((_Float16*)buf)[i]; break;
+      case TPU_DTYPE_BF16: { uint32_t u = (uint32_t)((uint16_t*)buf)[i] << 16; float f; memcpy(&f, &u, 4); out[i] = f; break; }
+      default: out[i] = ((uint8_t*)buf)[i]; break;
+    }
+  }
+  free(buf);
+}
+
+static tpu_arg_t a_t(tpu_view_t v) { tpu_arg_t a = {0}; a.kind = TPU_ARG_TENSOR; a.tensor = v; return a; }
+static tpu_arg_t a_none(void) { tpu_arg_t a = {0}; a.kind = TPU_ARG_NONE; return a; }
+static tpu_arg_t a_int(int64_t i) { tpu_arg_t a = {0}; a.kind = TPU_ARG_INT; a.v.i = i; return a; }
+static tpu_arg_t a_bool(bool b) { tpu_arg_t a = {0}; a.kind = TPU_ARG_BOOL; a.v.b = b; return a; }
+static tpu_arg_t a_sc(double d) {
+  tpu_arg_t a = {0}; a.kind = TPU_ARG_SCALAR; a.scalar_kind = TPU_SCALAR_FLOAT; a.v.d = d; return a;
+}
+static tpu_arg_t a_list(const int64_t* v, int n) {
+  tpu_arg_t a = {0}; a.kind = TPU_ARG_INTLIST; a.list = v; a.list_len = n; return a;
+}
+
+/* Runs op functionally; outputs are fresh contiguous tensors stored in outs. */
+static tpu_status_t run(const char* name, tpu_arg_t* args, int nargs, tpu_view_t* outs) {
+  int idx = check_op_index(name);
+  if (idx < 0) { fprintf(stderr, "no op %s\n", name); ++check_failures; return NULL; }
+  tpu_node_t* n;
+  TPU_RETURN_IF_ERROR(tpu_op_prepare(idx, TPU_VARIANT_FUNCTIONAL, args, nargs, &n));
+  for (int i = 0; i < tpu_node_output_count(n); ++i) {
+    tpu_dtype_t dt; int32_t nd; int64_t sz[TPU_MAX_DIMS];
+    tpu_node_output_meta(n, i, &dt, &nd, sz);
+    if (nd < 0) { memset(&outs[i], 0, sizeof outs[i]); outs[i].ndim = -1; continue; } /* absent */
+    outs[i] = t_empty(dt, nd, sz);
+    tpu_status_t st = tpu_node_bind_output(n, i, &outs[i]);
+    if (st) { tpu_node_discard(n); return st; }
+  }
+  return tpu_node_submit(n);
+}
+
+static void expect(const tpu_view_t* t, const double* want, double tol) {
+  int64_t n = tpu_view_numel(t);
+  double* got = malloc(sizeof(double) * (size_t)(n ? n : 1));
+  t_read(t, got);
+  for (int64_t i = 0; i < n; ++i)
+    if (!(fabs(got[i] - want[i]) <= tol || (isnan(got[i]) && isnan(want[i])))) {
+      fprintf(stderr, "  element %lld: got %g want %g\n", (long long)i, got[i], want[i]);
+      ++check_failures;
+      break;
+    }
+  free(got);
+}
+
+static void expect_err(tpu_status_t st, tpu_status_code_t code, const char* text) {
+  CHECK(tpu_status_code(st) == code);
+  if (st && text && !strstr(tpu_status_message(st), text)) {
+    fprintf(stderr, "  message '%s' lacks '%s'\n", tpu_status_message(st), text);
+    ++check_failures;
+  }
+  tpu_status_free(st);
+}
+
+/* ---- matrix products ------------------------------------------------------------------- */
+
+static const double A23[6] = {1, 2, 3, 4, 5, 6};      /* [[1,2,3],[4,5,6]] */
+static const double B32[6] = {7, 8, 9, 10, 11, 12};   /* [[7,8],[9,10],[11,12]] */
+static const double AB[4] = {58, 64, 139, 154};
+
+static void test_mm_dtypes(void) {
+  const tpu_dtype_t dts[] = {TPU_DTYPE_F32, TPU_DTYPE_F64, TPU_DTYPE_I64, TPU_DTYPE_I32,
+                             TPU_DTYPE_BF16, TPU_DTYPE_F16, TPU_DTYPE_U8};
+  int64_t sa[2] = {2, 3}, sb[2] = {3, 2};
+  for (size_t k = 0; k < sizeof dts / sizeof *dts; ++k) {
+    tpu_arg_t args[2] = {a_t(t_make(dts[k], 2, sa, A23)), a_t(t_make(dts[k], 2, sb, B32))};
+    tpu_view_t out[1];
+    CHECK_OK(run("mm", args, 2, out));
+    CHECK(out[0].dtype == dts[k]);
+    if (dts[k] == TPU_DTYPE_U8) { double w[4] = {58, 64, 139, 154 - 256 + 0}; w[3] = 154; expect(&out[0], w, 0); }
+    else expect(&out[0], AB, dts[k] == TPU_DTYPE_BF16 ? 1.0 : 0.0);
+  }
+  t_reset();
+}
+
+static void test_mm_strided(void) {
+  /* mat1 as the transpose of a [3,2] tensor, mat2 a column-sliced [3,4] tensor. */
+  int64_t s32[2] = {3, 2}, s34[2] = {3, 4};
+  double at[6] = {1, 4, 2, 5, 3, 6};
+  double b34[12] = {7, 8, -1, -1, 9, 10, -1, -1, 11, 12, -1, -1};
+  tpu_view_t a = t_make(TPU_DTYPE_F32, 2, s32, at);
+  a.sizes[0] = 2; a.sizes[1] = 3; a.strides[0] = 1; a.strides[1] = 2;
+  tpu_view_t bb = t_make(TPU_DTYPE_F32, 2, s34, b34);
+  bb.sizes[1] = 2;
+  tpu_arg_t args[2] = {a_t(a), a_t(bb)};
+  tpu_view_t out[1];
+  CHECK_OK(run("mm", args, 2, out));
+  expect(&out[0], AB, 0);
+  /* a non-BLAS-able layout (both strides != 1) goes through packing */
+  tpu_view_t e = t_make(TPU_DTYPE_F64, 2, s34, b34);
+  e.sizes[0] = 2; e.sizes[1] = 2; e.strides[0] = 8; e.strides[1] = 1; /* rows 0 and 2 */
+  tpu_view_t f = t_make(TPU_DTYPE_F64, 2, s34, b34);
+  f.sizes[0] = 2; f.sizes[1] = 2; f.strides[0] = 2; f.strides[1] = 4; /* strided both ways */
+  tpu_arg_t args2[2] = {a_t(e), a_t(f)};
+  CHECK_OK(run("mm", args2, 2, out));
+  /* e = [[7,8],[11,12]], f[i][j] = b34[2i+4j] = [[7,9],[-1,-1]] */
+  double w[4] = {7 * 7 - 8, 7 * 9 - 8, 11 * 7 - 12, 11 * 9 - 12};
+  expect(&out[0], w, 0);
+  t_reset();
+}
+
+static void test_addmm_family(void) {
+  int64_t sa[2] = {2, 3}, sb[2] = {3, 2}, s1[1] = {2}, s22[2] = {2, 2};
+  double bias[2] = {1, -1};
+  tpu_view_t a = t_make(TPU_DTYPE_F32, 2, sa, A23), b = t_make(TPU_DTYPE_F32, 2, sb, B32);
+  tpu_arg_t args[5] = {a_t(t_make(TPU_DTYPE_F32, 1, s1, bias)), a_t(a), a_t(b), a_sc(2), a_sc(0.5)};
+  tpu_view_t out[1];
+  CHECK_OK(run("addmm", args, 5, out));
+  double w[4] = {2 + 29, -2 + 32, 2 + 69.5, -2 + 77};
+  expect(&out[0], w, 1e-5);
+  /* beta = 0 ignores NaN in self */
+  double nan4[4] = {NAN, NAN, NAN, NAN};
+  args[0] = a_t(t_make(TPU_DTYPE_F32, 2, s22, nan4));
+  args[3] = a_sc(0);
+  CHECK_OK(run("addmm", args, 5, out));
+  double w2[4] = {29, 32, 69.5, 77};
+  expect(&out[0], w2, 1e-5);
+  /* in-place addmm_ on an integer self */
+  double c4[4] = {1, 2, 3, 4};
+  tpu_view_t ci = t_make(TPU_DTYPE_I64, 2, s22, c4);
+  tpu_arg_t iargs[5] = {a_t(ci), a_t(t_make(TPU_DTYPE_I64, 2, sa, A23)), a_t(t_make(TPU_DTYPE_I64, 2, sb, B32)),
+                        a_int(3), a_int(2)};
+  tpu_node_t* n;
+  CHECK_OK(tpu_op_prepare(check_op_index("addmm_"), TPU_VARIANT_INPLACE, iargs, 5, &n));
+  CHECK_OK(tpu_node_bind_output(n, 0, &ci));
+  CHECK_OK(tpu_node_submit(n));
+  double w3[4] = {3 + 116, 6 + 128, 9 + 278, 12 + 308};
+  expect(&ci, w3, 0);
+  /* bmm / baddbmm / addbmm with two batches: batch 1 = batch 0 negated */
+  int64_t s223[3] = {2, 2, 3}, s232[3] = {2, 3, 2};
+  double a2[12], b2[12];
+  for (int i = 0; i < 6; ++i) { a2[i] = A23[i]; a2[6 + i] = -A23[i]; b2[i] = B32[i]; b2[6 + i] = B32[i]; }
+  tpu_view_t ba = t_make(TPU_DTYPE_F64, 3, s223, a2), bb = t_make(TPU_DTYPE_F64, 3, s232, b2);
+  tpu_arg_t bargs[2] = {a_t(ba), a_t(bb)};
+  CHECK_OK(run("bmm", bargs, 2, out));
+  double w4[8] = {58, 64, 139, 154, -58, -64, -139, -154};
+  expect(&out[0], w4, 0);
+  double one[1] = {1};
+  int64_t s0[1] = {1};
+  tpu_arg_t cargs[5] = {a_t(t_make(TPU_DTYPE_F64, 1, s0, one)), a_t(ba), a_t(bb), a_int(1), a_int(1)};
+  CHECK_OK(run("baddbmm", cargs, 5, out));
+  double w5[8];
+  for (int i = 0; i < 8; ++i) w5[i] = w4[i] + 1;
+  expect(&out[0], w5, 0);
+  cargs[3] = a_int(2);
+  CHECK_OK(run("addbmm", cargs, 5, out));
+  double w6[4] = {2, 2, 2, 2};
+  expect(&out[0], w6, 0);
+  t_reset();
+}
+
+static void test_mv_dot(void) {
+  int64_t sa[2] = {2, 3}, s3[1] = {3}, s6[1] = {6};
+  double v3[3] = {1, -1, 2}, v6[6] = {1, 9, -1, 9, 2, 9};
+  tpu_view_t a = t_make(TPU_DTYPE_F32, 2, sa, A23);
+  tpu_view_t v = t_make(TPU_DTYPE_F32, 1, s6, v6);
+  v.sizes[0] = 3; v.strides[0] = 2; /* every other element: [1, -1, 2] */
+  tpu_arg_t args[2] = {a_t(a), a_t(v)};
+  tpu_view_t out[1];
+  CHECK_OK(run("mv", args, 2, out));
+  double w[2] = {1 - 2 + 6, 4 - 5 + 12};
+  expect(&out[0], w, 0);
+  tpu_arg_t dargs[2] = {a_t(t_make(TPU_DTYPE_I64, 1, s3, v3)), a_t(t_make(TPU_DTYPE_I64, 1, s3, A23))};
+  CHECK_OK(run("dot", dargs, 2, out));
+  CHECK(out[0].ndim == 0);
+  double w2[1] = {1 - 2 + 6};
+  expect(&out[0], w2, 0);
+  double c2[2] = {10, 20};
+  int64_t s2[1] = {2};
+  tpu_arg_t margs[5] = {a_t(t_make(TPU_DTYPE_F32, 1, s2, c2)), a_t(a), a_t(v), a_sc(1), a_sc(-1)};
+  CHECK_OK(run("addmv", margs, 5, out));
+  double w3[2] = {5, 9};
+  expect(&out[0], w3, 0);
+  t_reset();
+}
+
+static void test_gemm_errors(void) {
+  int64_t sa[2] = {2, 3}, sb[2] = {4, 5}, s3[3] = {2, 3, 4};
+  double z[64] = {0};
+  tpu_view_t out[1];
+  tpu_arg_t args[2] = {a_t(t_make(TPU_DTYPE_F32, 2, sa, z)), a_t(t_make(TPU_DTYPE_F32, 2, sb, z))};
+  expect_err(run("mm", args, 2, out), TPU_INVALID_ARGUMENT,
+             "mm: mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)");
+  int64_t sc[2] = {3, 5};
+  args[1] = a_t(t_make(TPU_DTYPE_F64, 2, sc, z));
+  expect_err(run("mm", args, 2, out), TPU_INVALID_ARGUMENT,
+             "expected m1 and m2 to have the same dtype, but got: float != double");
+  args[1] = a_t(t_make(TPU_DTYPE_F32, 3, s3, z));
+  expect_err(run("mm", args, 2, out), TPU_INVALID_ARGUMENT, "mat2 must be a matrix");
+  args[0] = a_t(t_make(TPU_DTYPE_BOOL, 2, sa, z));
+  args[1] = a_t(t_make(TPU_DTYPE_BOOL, 2, sc, z));
+  expect_err(run("mm", args, 2, out), TPU_UNIMPLEMENTED, "not implemented for 'Bool'");
+  int64_t s4[1] = {4};
+  tpu_arg_t d[2] = {a_t(t_make(TPU_DTYPE_F32, 1, &sa[1], z)), a_t(t_make(TPU_DTYPE_F32, 1, s4, z))};
+  expect_err(run("dot", d, 2, out), TPU_INVALID_ARGUMENT, "inconsistent tensor size");
+  int64_t s33[2] = {3, 3};
+  tpu_arg_t e[5] = {a_t(t_make(TPU_DTYPE_F32, 2, s33, z)), a_t(t_make(TPU_DTYPE_F32, 2, sa, z)),
+                    a_t(t_make(TPU_DTYPE_F32, 2, s33, z)), a_sc(1), a_sc(1)};
+  expect_err(run("addmm", e, 5, out), TPU_INVALID_ARGUMENT,
+             "The expanded size of the tensor (2) must match the existing size (3) at non-singleton dimension 0");
+  int64_t b1[3] = {2, 3, 4}, b2[3] = {3, 4, 4};
+  tpu_arg_t f[2] = {a_t(t_make(TPU_DTYPE_F32, 3, b1, z)), a_t(t_make(TPU_DTYPE_F32, 3, b2, z))};
+  expect_err(run("bmm", f, 2, out), TPU_INVALID_ARGUMENT,
+             "Expected size for first two dimensions of batch2 tensor to be: [2, 4] but got: [3, 4].");
+  t_reset();
+}
+
+static void test_gemm_empty(void) {
+  int64_t sa[2] = {2, 0}, sb[2] = {0, 3};
+  double z[1] = {0};
+  tpu_arg_t args[2] = {a_t(t_make(TPU_DTYPE_F32, 2, sa, z)), a_t(t_make(TPU_DTYPE_F32, 2, sb, z))};
+  tpu_view_t out[1];
+  CHECK_OK(run("mm", args, 2, out));
+  double w[6] = {0};
+  expect(&out[0], w, 0);
+  t_reset();
+}
+
+/* ---- convolution ------------------------------------------------------------------------ */
+
+/* Naive 2-d reference (non-transposed), double. */
+static void ref_conv2d(const double* x, const double* w, const double* bias, int N, int C, int H, int W,
+                       int O, int kh, int kw, int sh, int sw, int ph, int pw, int dh, int dw, int g,
+                       int OH, int OW, double* y) {
+  int Cg = C / g, Og = O / g;
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < O; ++o)
+      for (int oh = 0; oh < OH; ++oh)
+        for (int ow = 0; ow < OW; ++ow) {
+          double s = bias ? bias[o] : 0;
+          int gi = o / Og;
+          for (int c = 0; c < Cg; ++c)
+            for (int i = 0; i < kh; ++i)
+              for (int j = 0; j < kw; ++j) {
+                int h = oh * sh - ph + i * dh, ww = ow * sw - pw + j * dw;
+                if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+                s += x[((n * C + gi * Cg + c) * H + h) * W + ww] * w[((o * Cg + c) * kh + i) * kw + j];
+              }
+          y[((n * O + o) * OH + oh) * OW + ow] = s;
+        }
+}
+
+static double dotv(const double* a, const double* b, int n) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+static void test_conv2d(void) {
+  enum { N = 2, C = 4, H = 5, W = 6, O = 6, KH = 3, KW = 2, G = 2 };
+  int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C / G, KH, KW}, bs[1] = {O};
+  double x[N * C * H * W], w[O * (C / G) * KH * KW], bias[O];
+  for (int i = 0; i < N * C * H * W; ++i) x[i] = (double)((i * 7) % 11) - 5;
+  for (int i = 0; i < O * (C / G) * KH * KW; ++i) w[i] = (double)((i * 5) % 7) - 3;
+  for (int i = 0; i < O; ++i) bias[i] = i;
+  int64_t stride[2] = {2, 1}, pad[2] = {1, 1}, dil[2] = {1, 2}, opad[2] = {0, 0};
+  int OH = (H + 2 - 3) / 2 + 1, OW = (W + 2 - 3) / 1 + 1; /* 3 x 6 */
+  tpu_view_t vx = t_make(TPU_DTYPE_F64, 4, xs, x), vw = t_make(TPU_DTYPE_F64, 4, ws, w);
+  tpu_arg_t args[9] = {a_t(vx), a_t(vw), a_t(t_make(TPU_DTYPE_F64, 1, bs, bias)), a_list(stride, 2),
+                       a_list(pad, 2), a_list(dil, 2), a_bool(false), a_list(opad, 2), a_int(G)};
+  tpu_view_t out[3];
+  CHECK_OK(run("convolution_overrideable", args, 9, out));
+  CHECK(out[0].ndim == 4 && out[0].sizes[1] == O && out[0].sizes[2] == OH && out[0].sizes[3] == OW);
+  double ref[N * O * 3 * 6];
+  ref_conv2d(x, w, bias, N, C, H, W, O, KH, KW, 2, 1, 1, 1, 1, 2, G, OH, OW, ref);
+  expect(&out[0], ref, 1e-9);
+  /* the same in f32 and bf16-free paths */
+  tpu_arg_t fargs[9];
+  memcpy(fargs, args, sizeof fargs);
+  fargs[0] = a_t(t_make(TPU_DTYPE_F32, 4, xs, x));
+  fargs[1] = a_t(t_make(TPU_DTYPE_F32, 4, ws, w));
+  fargs[2] = a_none();
+  CHECK_OK(run("convolution_overrideable", fargs, 9, out));
+  double ref2[N * O * 3 * 6];
+  ref_conv2d(x, w, NULL, N, C, H, W, O, KH, KW, 2, 1, 1, 1, 1, 2, G, OH, OW, ref2);
+  expect(&out[0], ref2, 1e-4);
+
+  /* backward: adjoint identities <conv(x), go> = <x, gi> = <w, gw>, gb = sum(go) */
+  int ny = N * O * OH * OW;
+  double go[N * O * 3 * 6];
+  for (int i = 0; i < ny; ++i) go[i] = (double)((i * 3) % 5) - 2;
+  int64_t ys[4] = {N, O, OH, OW};
+  int64_t mask[3] = {1, 1, 1};
+  tpu_arg_t bargs[10] = {a_t(t_make(TPU_DTYPE_F64, 4, ys, go)), a_t(vx), a_t(vw), a_list(stride, 2),
+                         a_list(pad, 2), a_list(dil, 2), a_bool(false), a_list(opad, 2), a_int(G),
+                         a_list(mask, 3)};
+  CHECK_OK(run("convolution_backward_overrideable", bargs, 10, out));
+  double gi[N * C * H * W], gw[O * (C / G) * KH * KW], gb[O];
+  t_read(&out[0], gi); t_read(&out[1], gw); t_read(&out[2], gb);
+  double lhs = dotv(ref2, go, ny);
+  CHECK_NEAR(dotv(x, gi, N * C * H * W), lhs, 1e-6);
+  CHECK_NEAR(dotv(w, gw, O * (C / G) * KH * KW), lhs, 1e-6);
+  for (int o = 0; o < O; ++o) {
+    double s = 0;
+    for (int n = 0; n < N; ++n)
+      for (int k = 0; k < OH * OW; ++k) s += go[(n * O + o) * OH * OW + k];
+    CHECK_NEAR(gb[o], s, 1e-9);
+  }
+  /* single-element probes pin grad_input / grad_weight down beyond the identities */
+  double e_go[N * O * 3 * 6] = {0};
+  e_go[((1 * O + 3) * OH + 1) * OW + 2] = 1;
+  bargs[0] = a_t(t_make(TPU_DTYPE_F64, 4, ys, e_go));
+  CHECK_OK(run("convolution_backward_overrideable", bargs, 10, out));
+  t_read(&out[0], gi);
+  /* d y[1,3,1,2] / d x[1, c, h, w] = w[3, c - g*Cg, i, j] where h = 1*2-1+i, w = 2-1+2j */
+  double want_gi[N * C * H * W] = {0};
+  for (int c = 0; c < C / G; ++c)
+    for (int i = 0; i < KH; ++i)
+      for (int j = 0; j < KW; ++j) {
+        int h = 2 - 1 + i, ww = 2 - 1 + 2 * j;
+        if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+        want_gi[((1 * C + 2 + c) * H + h) * W + ww] += w[((3 * (C / G) + c) * KH + i) * KW + j];
+      }
+  for (int i = 0; i < N * C * H * W; ++i) CHECK_NEAR(gi[i], want_gi[i], 1e-12);
+  /* errors */
+  int64_t badw[4] = {O, C, KH, KW};
+  static const double wbad[O * C * KH * KW];
+  args[1] = a_t(t_make(TPU_DTYPE_F64, 4, badw, wbad));
+  expect_err(run("convolution_overrideable", args, 9, out), TPU_INVALID_ARGUMENT,
+             "expected input[2, 4, 5, 6] to have 8 channels, but got 4 channels instead");
+  t_reset();
+}
+
+static void test_conv_transposed_and_1d(void) {
+  /* 1-d transposed convolution, stride 2, checked against scatter by definition */
+  enum { N = 1, C = 2, L = 3, O = 2, K = 3 };
+  int64_t xs[3] = {N, C, L}, ws[3] = {C, O, K};
+  double x[N * C * L] = {1, 2, 3, -1, 0, 2}, w[C * O * K] = {1, 0, -1, 2, 1, 0, 0, 1, 1, -2, 3, 1};
+  int64_t stride[1] = {2}, pad[1] = {1}, dil[1] = {1}, opad[1] = {1};
+  int OL = (L - 1) * 2 - 2 + K + 1;
+  tpu_arg_t args[9] = {a_t(t_make(TPU_DTYPE_F32, 3, xs, x)), a_t(t_make(TPU_DTYPE_F32, 3, ws, w)), a_none(),
+                       a_list(stride, 1), a_list(pad, 1), a_list(dil, 1), a_bool(true), a_list(opad, 1),
+                       a_int(1)};
+  tpu_view_t out[3];
+  CHECK_OK(run("convolution_overrideable", args, 9, out));
+  CHECK(out[0].sizes[2] == OL);
+  double ref[N * O * 8] = {0};
+  for (int c = 0; c < C; ++c)
+    for (int o = 0; o < O; ++o)
+      for (int l = 0; l < L; ++l)
+        for (int k = 0; k < K; ++k) {
+          int p = l * 2 - 1 + k;
+          if (p >= 0 && p < OL) ref[o * OL + p] += x[c * L + l] * w[(c * O + o) * K + k];
+        }
+  expect(&out[0], ref, 1e-5);
+  /* its backward: <y, go> = <x, gi> = <w, gw> */
+  double go[N * O * 8];
+  for (int i = 0; i < O * OL; ++i) go[i] = (i % 3) - 1;
+  int64_t ys[3] = {N, O, OL}, mask[3] = {1, 1, 0};
+  tpu_arg_t bargs[10] = {a_t(t_make(TPU_DTYPE_F32, 3, ys, go)), args[0], args[1], a_list(stride, 1),
+                         a_list(pad, 1), a_list(dil, 1), a_bool(true), a_list(opad, 1), a_int(1),
+                         a_list(mask, 3)};
+  CHECK_OK(run("convolution_backward_overrideable", bargs, 10, out));
+  double gi[N * C * L], gw[C * O * K];
+  t_read(&out[0], gi); t_read(&out[1], gw);
+  double lhs = dotv(ref, go, O * OL);
+  CHECK_NEAR(dotv(x, gi, C * L), lhs, 1e-4);
+  CHECK_NEAR(dotv(w, gw, C * O * K), lhs, 1e-4);
+  CHECK(out[2].ndim == -1); /* masked out: absent (an undefined tensor in PyTorch) */
+  t_reset();
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+static void test_max_pool(void) {
+  int64_t xs[3] = {1, 4, 4};
+  double x[16] = {1, 5, 2, 0, 3, 4, NAN, 1, 9, 8, 7, 6, -1, -2, -3, -4};
+  tpu_view_t vx = t_make(TPU_DTYPE_F32, 3, xs, x);
+  int64_t k[1] = {2}, st[1] = {2}, pad[1] = {0}, dil[1] = {1};
+  tpu_arg_t args[6] = {a_t(vx), a_list(k, 1), a_list(st, 0), a_list(pad, 1), a_list(dil, 1), a_bool(false)};
+  tpu_view_t out[2];
+  CHECK_OK(run("max_pool2d_with_indices", args, 6, out));
+  double w[4] = {5, NAN, 9, 7}, wi[4] = {1, 6, 8, 10};
+  expect(&out[0], w, 0);
+  expect(&out[1], wi, 0);
+  /* backward scatters to the saved indices */
+  double g[4] = {1, 2, 3, 4};
+  int64_t gs[3] = {1, 2, 2};
+  tpu_arg_t bargs[8] = {a_t(t_make(TPU_DTYPE_F32, 3, gs, g)), a_t(vx), a_list(k, 1), a_list(st, 1),
+                        a_list(pad, 1), a_list(dil, 1), a_bool(false), a_t(out[1])};
+  tpu_view_t gout[1];
+  CHECK_OK(run("max_pool2d_with_indices_backward", bargs, 8, gout));
+  double wg[16] = {0, 1, 0, 0, 0, 0, 2, 0, 3, 0, 4, 0, 0, 0, 0, 0};
+  expect(&gout[0], wg, 0);
+  /* out-of-range saved index: an IndexError at the next sync, not a crash */
+  double badi[4] = {0, 1, 99, 2};
+  bargs[7] = a_t(t_make(TPU_DTYPE_I64, 3, gs, badi));
+  CHECK_OK(run("max_pool2d_with_indices_backward", bargs, 8, gout));
+  expect_err(tpu_device_synchronize(0), TPU_INDEX_ERROR, "out of range");
+  /* padding + ceil_mode + dilation on an int64 input */
+  int64_t k3[2] = {3, 2}, s2[2] = {2, 2}, p1[2] = {1, 1}, d2[2] = {1, 2};
+  double xi[16];
+  for (int i = 0; i < 16; ++i) xi[i] = i;
+  tpu_arg_t iargs[6] = {a_t(t_make(TPU_DTYPE_I64, 3, xs, xi)), a_list(k3, 2), a_list(s2, 2), a_list(p1, 2),
+                        a_list(d2, 2), a_bool(true)};
+  CHECK_OK(run("max_pool2d_with_indices", iargs, 6, out));
+  /* ceil_mode adds a last row/column of windows that start inside the input */
+  CHECK(out[0].sizes[1] == 3 && out[0].sizes[2] == 3);
+  double wm[9] = {5, 7, 7, 13, 15, 15, 13, 15, 15};
+  expect(&out[0], wm, 0);
+  /* errors */
+  int64_t k5[1] = {5};
+  args[1] = a_list(k5, 1);
+  expect_err(run("max_pool2d_with_indices", args, 6, out), TPU_INVALID_ARGUMENT, "Output size is too small");
+  int64_t k3b[3] = {2, 2, 2};
+  args[1] = a_list(k3b, 3);
+  expect_err(run("max_pool2d_with_indices", args, 6, out), TPU_INVALID_ARGUMENT,
+             "max_pool2d: kernel_size must either be a single int, or a tuple of two ints");
+  args[1] = a_list(k, 1);
+  int64_t p2[1] = {2};
+  args[3] = a_list(p2, 1);
+  expect_err(run("max_pool2d_with_indices", args, 6, out), TPU_INVALID_ARGUMENT,
+             "pad should be at most half of effective kernel size, but got pad=2, kernel_size=2 and dilation=1");
+  t_reset();
+}
+
+static void test_avg_pool(void) {
+  int64_t xs[4] = {1, 1, 3, 3};
+  double x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  tpu_view_t vx = t_make(TPU_DTYPE_F64, 4, xs, x);
+  int64_t k[1] = {2}, st[1] = {2}, pad[1] = {1};
+  tpu_arg_t args[7] = {a_t(vx), a_list(k, 1), a_list(st, 1), a_list(pad, 1), a_bool(false), a_bool(true), a_none()};
+  tpu_view_t out[1];
+  CHECK_OK(run("avg_pool2d", args, 7, out));
+  double w[4] = {1 / 4.0, 5 / 4.0, 11 / 4.0, 28 / 4.0};
+  expect(&out[0], w, 1e-12);
+  args[5] = a_bool(false);
+  CHECK_OK(run("avg_pool2d", args, 7, out));
+  double w2[4] = {1, 2.5, 5.5, 7};
+  expect(&out[0], w2, 1e-12);
+  args[6] = a_int(3);
+  CHECK_OK(run("avg_pool2d", args, 7, out));
+  double w3[4] = {1 / 3.0, 5 / 3.0, 11 / 3.0, 28 / 3.0};
+  expect(&out[0], w3, 1e-12);
+  /* backward with divisor_override 3: each input gets the grad of its one window / 3 */
+  double g[4] = {3, 6, 9, 12};
+  int64_t gs[4] = {1, 1, 2, 2};
+  tpu_arg_t bargs[8] = {a_t(t_make(TPU_DTYPE_F64, 4, gs, g)), a_t(vx), a_list(k, 1), a_list(st, 1),
+                        a_list(pad, 1), a_bool(false), a_bool(false), a_int(3)};
+  CHECK_OK(run("avg_pool2d_backward", bargs, 8, out));
+  double wg[9] = {1, 2, 2, 3, 4, 4, 3, 4, 4};
+  expect(&out[0], wg, 1e-12);
+  args[6] = a_int(0);
+  expect_err(run("avg_pool2d", args, 7, out), TPU_INVALID_ARGUMENT, "divisor must be not zero");
+  args[6] = a_none();
+  args[0] = a_t(t_make(TPU_DTYPE_I32, 4, xs, x));
+  expect_err(run("avg_pool2d", args, 7, out), TPU_UNIMPLEMENTED, "\"avg_pool2d\" not implemented for 'Int'");
+  t_reset();
+}
+
+static void test_adaptive(void) {
+  int64_t xs[3] = {1, 3, 5};
+  double x[15];
+  for (int i = 0; i < 15; ++i) x[i] = i;
+  tpu_view_t vx = t_make(TPU_DTYPE_F32, 3, xs, x);
+  int64_t os[2] = {2, 3};
+  tpu_arg_t args[2] = {a_t(vx), a_list(os, 2)};
+  tpu_view_t out[2];
+  CHECK_OK(run("_adaptive_avg_pool2d", args, 2, out));
+  /* rows {0,1},{1,2}; cols {0,1},{1,2,3},{3,4} */
+  double w[6] = {3, 4.5, 6, 8, 9.5, 11};
+  expect(&out[0], w, 1e-5);
+  CHECK_OK(run("adaptive_max_pool2d", args, 2, out));
+  double wm[6] = {6, 8, 9, 11, 13, 14}, wi[6] = {6, 8, 9, 11, 13, 14};
+  expect(&out[0], wm, 0);
+  expect(&out[1], wi, 0);
+  double g[6] = {1, 1, 1, 1, 1, 1};
+  int64_t gs[3] = {1, 2, 3};
+  tpu_view_t vg = t_make(TPU_DTYPE_F32, 3, gs, g);
+  tpu_arg_t bargs[3] = {a_t(vg), a_t(vx), a_t(out[1])};
+  tpu_view_t gout[1];
+  CHECK_OK(run("adaptive_max_pool2d_backward", bargs, 3, gout));
+  double wgm[15] = {0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 0, 1, 1};
+  expect(&gout[0], wgm, 0);
+  CHECK_OK(run("_adaptive_avg_pool2d_backward", bargs, 2, gout));
+  /* input (r, c) receives sum over windows containing it of 1/area */
+  double ra[2][3] = {{4, 6, 4}, {4, 6, 4}};
+  double wga[15] = {0};
+  int r0[2] = {0, 1}, r1[2] = {2, 3}, c0[3] = {0, 1, 3}, c1[3] = {2, 4, 5};
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j)
+      for (int r = r0[i]; r < r1[i]; ++r)
+        for (int c = c0[j]; c < c1[j]; ++c) wga[r * 5 + c] += 1.0 / ra[i][j];
+  expect(&gout[0], wga, 1e-6);
+  int64_t bad[1] = {2};
+  args[1] = a_list(bad, 1);
+  expect_err(run("_adaptive_avg_pool2d", args, 2, out), TPU_INVALID_ARGUMENT,
+             "adaptive_avg_pool2d: output_size must be 2");
+  t_reset();
+}
+
+int main(void) {
+  test_mm_dtypes();
+  test_mm_strided();
+  test_addmm_family();
+  test_mv_dot();
+  test_gemm_errors();
+  test_gemm_empty();
+  test_conv2d();
+  test_conv_transposed_and_1d();
+  test_max_pool();
+  test_avg_pool();
+  test_adaptive();
+  TEST_MAIN_END();
+}

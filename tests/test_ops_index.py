@@ -1,0 +1,435 @@
+"""Index and shape ops on tpu against PyTorch CPU: gather/scatter family, index_select,
+index_add/index_copy, advanced indexing and index_put, masked ops, nonzero, cat, flip,
+roll, repeat, constant_pad_nd, tril/triu, sort/topk, arange, eye.
+
+Each test runs the op on CPU and on tpu from the same inputs (all dtypes the backend
+supports; plain, in-place and out= forms; broadcasting; non-contiguous inputs), checks
+the result, checks that the native kernel ran (not the CPU fallback), and checks error
+classes against CPU."""
+import pytest
+import torch
+
+import torchtpu
+from tolerances import assert_close
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64,
+          torch.int32, torch.int8, torch.uint8, torch.bool]
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+NUMERIC = [d for d in DTYPES if d is not torch.bool]
+
+# The ATen ops this family registers natively; none may go through the CPU fallback.
+NATIVE = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
+          "index_copy", "index", "_index_put_impl", "masked_select", "masked_scatter", "nonzero",
+          "cat", "flip", "roll", "repeat", "constant_pad_nd", "tril", "triu", "sort", "topk",
+          "arange", "eye"}
+
+
+def _ours(key):
+    """'aten::scatter_.src' -> True when the op belongs to this family."""
+    name = key.split("::")[-1]
+    base = name.split(".")[0].rstrip("_")
+    return base in NATIVE and (base != "index" or name.startswith("index.Tensor"))
+
+
+@pytest.fixture(autouse=True)
+def native_only():
+    torchtpu.reset_fallback_report()
+    yield
+    torch.tpu.synchronize()
+    bad = {k: v for k, v in torchtpu.fallback_report().items() if _ours(k)}
+    assert not bad, f"index-family ops ran through the CPU fallback: {bad}"
+
+
+def make(shape, dtype, seed=0, low=-5, high=5):
+    g = torch.Generator().manual_seed(seed)
+    if dtype is torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype is torch.uint8:
+        low = 0
+    if dtype.is_floating_point:
+        return (torch.rand(shape, generator=g, dtype=torch.float64) * (high - low) + low).to(dtype)
+    return torch.randint(low, high, shape, generator=g).to(dtype)
+
+
+def tpu(t):
+    return t.to("tpu")
+
+
+def same(actual, expected, **kw):
+    assert actual.device.type == "tpu"
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    assert_close(actual, expected, **kw)
+
+
+def same_error(fn_cpu, fn_tpu):
+    with pytest.raises(Exception) as cpu_err:
+        fn_cpu()
+    with pytest.raises(Exception) as tpu_err:
+        fn_tpu()
+        torch.tpu.synchronize()
+    assert type(tpu_err.value) is type(cpu_err.value), (cpu_err.value, tpu_err.value)
+
+
+# ---- gather / scatter ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather(dtype):
+    x = make((4, 5), dtype)
+    idx = torch.randint(0, 5, (3, 7), generator=torch.Generator().manual_seed(1))
+    same(torch.gather(tpu(x), 1, tpu(idx)), torch.gather(x, 1, idx))
+    # non-contiguous self and index, dim 0, int32 index
+    xt, it = x.t(), torch.randint(0, 5, (2, 4)).t().contiguous().t()
+    same(torch.gather(tpu(x).t(), 0, tpu(it)), torch.gather(xt, 0, it))
+    out = tpu(torch.empty(0, dtype=dtype))
+    torch.gather(tpu(x), 1, tpu(idx.int()), out=out)
+    same(out, torch.gather(x, 1, idx.int()))
+
+
+def test_gather_errors():
+    x, bad = torch.zeros(2, 3), torch.tensor([[5]])
+    same_error(lambda: torch.gather(x, 1, bad), lambda: torch.gather(tpu(x), 1, tpu(bad)))
+    same_error(lambda: torch.gather(x, 1, torch.tensor([1])),
+               lambda: torch.gather(tpu(x), 1, tpu(torch.tensor([1]))))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_scatter_forms(dtype):
+    x, src = make((3, 4), dtype), make((3, 4), dtype, seed=2)
+    # a permutation per row keeps plain scatter deterministic
+    idx = torch.stack([torch.randperm(4, generator=torch.Generator().manual_seed(i))[:3] for i in range(3)])
+    same(torch.scatter(tpu(x), 1, tpu(idx), tpu(src)), torch.scatter(x, 1, idx, src))
+    same(torch.scatter(tpu(x), 1, tpu(idx), 2), torch.scatter(x, 1, idx, 2))
+    y = tpu(x)
+    y.scatter_(1, tpu(idx), tpu(src))
+    same(y, x.clone().scatter_(1, idx, src))
+    out = tpu(torch.empty(0, dtype=dtype))
+    torch.scatter(tpu(x), 1, tpu(idx), tpu(src), out=out)
+    same(out, torch.scatter(x, 1, idx, src))
+    dup = torch.randint(0, 3, (5, 4), generator=torch.Generator().manual_seed(3))
+    s2 = make((5, 4), dtype, seed=4)
+    if dtype is not torch.bool:
+        same(torch.scatter_add(tpu(x), 0, tpu(dup), tpu(s2)), torch.scatter_add(x, 0, dup, s2))
+        y = tpu(x)
+        y.scatter_add_(0, tpu(dup), tpu(s2))
+        same(y, torch.scatter_add(x, 0, dup, s2))
+        for red in ("add", "multiply"):
+            same(torch.scatter(tpu(x), 0, tpu(dup), tpu(s2), reduce=red),
+                 torch.scatter(x, 0, dup, s2, reduce=red))
+            same(torch.scatter(tpu(x), 0, tpu(dup), 3, reduce=red), torch.scatter(x, 0, dup, 3, reduce=red))
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(dtype, reduce, include_self):
+    x = make((4, 3), dtype)
+    src = make((6, 3), dtype, seed=5, low=1, high=4)
+    idx = torch.randint(0, 4, (6, 3), generator=torch.Generator().manual_seed(6))
+    exp = torch.scatter_reduce(x, 0, idx, src, reduce, include_self=include_self)
+    same(torch.scatter_reduce(tpu(x), 0, tpu(idx), tpu(src), reduce, include_self=include_self), exp)
+    y = tpu(x)
+    y.scatter_reduce_(0, tpu(idx), tpu(src), reduce, include_self=include_self)
+    same(y, exp)
+
+
+def test_scatter_errors():
+    x = torch.zeros(2, 3)
+    same_error(lambda: x.clone().scatter_(1, torch.tensor([[5]]), 1.0),
+               lambda: tpu(x).scatter_(1, tpu(torch.tensor([[5]])), 1.0))
+    same_error(lambda: x.scatter(1, torch.tensor([[1]]), torch.ones(1, 1, dtype=torch.float64)),
+               lambda: tpu(x).scatter(1, tpu(torch.tensor([[1]])), tpu(torch.ones(1, 1, dtype=torch.float64))))
+
+
+def test_gather_scatter_backward():
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    idx = torch.randint(0, 5, (4, 3))
+    xt = tpu(x.detach()).requires_grad_()
+    g = torch.randn(4, 3, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.gather(x, 1, idx), x, g)
+    (gt,) = torch.autograd.grad(torch.gather(xt, 1, tpu(idx)), xt, tpu(g))
+    same(gt, gc)
+    src = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    st = tpu(src.detach()).requires_grad_()
+    g2 = torch.randn(4, 5, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.scatter_add(x.detach(), 1, idx, src), src, g2)
+    (gt,) = torch.autograd.grad(torch.scatter_add(tpu(x.detach()), 1, tpu(idx), st), st, tpu(g2))
+    same(gt, gc)
+
+
+# ---- index_select / index_add / index_copy ------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_index_select(dtype):
+    x = make((4, 6), dtype)
+    idx = torch.tensor([3, 0, 3, 5])
+    same(torch.index_select(tpu(x), 1, tpu(idx)), torch.index_select(x, 1, idx))
+    same(torch.index_select(tpu(x).t(), 0, tpu(idx.int())), torch.index_select(x.t(), 0, idx.int()))
+    out = tpu(torch.empty(0, dtype=dtype))
+    torch.index_select(tpu(x), 0, tpu(idx[:2]), out=out)
+    same(out, torch.index_select(x, 0, idx[:2]))
+    same_error(lambda: torch.index_select(x, 0, torch.tensor([9])),
+               lambda: torch.index_select(tpu(x), 0, tpu(torch.tensor([9]))))
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_index_add_copy(dtype):
+    x, src = make((5, 3), dtype), make((4, 3), dtype, seed=8)
+    idx = torch.tensor([4, 0, 4, 2])
+    alpha = 2 if not dtype.is_floating_point else 0.5
+    same(torch.index_add(tpu(x), 0, tpu(idx), tpu(src), alpha=alpha), torch.index_add(x, 0, idx, src, alpha=alpha))
+    y = tpu(x)
+    y.index_add_(0, tpu(idx), tpu(src))
+    same(y, torch.index_add(x, 0, idx, src))
+    uidx = torch.tensor([4, 0, 1, 2])
+    same(torch.index_copy(tpu(x), 0, tpu(uidx), tpu(src)), torch.index_copy(x, 0, uidx, src))
+    y = tpu(x)
+    y.index_copy_(0, tpu(uidx), tpu(src))
+    same(y, torch.index_copy(x, 0, uidx, src))
+    same_error(lambda: x.clone().index_copy_(0, torch.tensor([9]), src[:1]),
+               lambda: tpu(x).index_copy_(0, tpu(torch.tensor([9])), tpu(src[:1])))
+
+
+def test_index_add_backward():
+    x = torch.randn(5, 3, dtype=torch.float64)
+    src = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    st = tpu(src.detach()).requires_grad_()
+    idx = torch.tensor([4, 0, 4, 2])
+    g = torch.randn(5, 3, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.index_add(x, 0, idx, src), src, g)
+    (gt,) = torch.autograd.grad(torch.index_add(tpu(x), 0, tpu(idx), st), st, tpu(g))
+    same(gt, gc)
+
+
+# ---- advanced indexing ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_advanced_index(dtype):
+    x = make((3, 4, 5), dtype)
+    a, b = torch.tensor([2, 0, -1]), torch.tensor([[1], [4]])
+    m = make((3, 4), torch.bool, seed=9)
+    xt = tpu(x)
+    same(xt[tpu(a)], x[a])
+    same(xt[tpu(a), :, tpu(b)], x[a, :, b])          # separated: broadcast dims first
+    same(xt[:, tpu(b - 1), tpu(a[:1])], x[:, b - 1, a[:1]])  # adjacent: in place
+    same(xt[tpu(m)], x[m])
+    same(xt[1, tpu(m[0])], x[1, m[0]])
+    same(xt.transpose(0, 2)[tpu(b)], x.transpose(0, 2)[b])
+    same_error(lambda: x[torch.tensor([3])], lambda: xt[tpu(torch.tensor([3]))])
+    same_error(lambda: x[torch.tensor([0.0])], lambda: xt[tpu(torch.tensor([0.0]))])
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_index_put(dtype, accumulate):
+    x = make((4, 3), dtype)
+    idx = (torch.tensor([0, 3, 3, 1]), torch.tensor([2, 1, 1, 0]))
+    if not accumulate:
+        idx = (torch.tensor([0, 3, 1]), torch.tensor([2, 1, 0]))
+    v = make((len(idx[0]),), dtype, seed=3)
+    y = tpu(x)
+    y.index_put_(tuple(tpu(i) for i in idx), tpu(v), accumulate=accumulate)
+    same(y, x.clone().index_put_(idx, v, accumulate=accumulate))
+    m = make((4,), torch.bool, seed=4)
+    row = make((3,), dtype, seed=5)
+    y = tpu(x)
+    y[tpu(m)] = tpu(row)
+    xc = x.clone()
+    xc[m] = row
+    same(y, xc)
+    same(torch.index_put(tpu(x), (tpu(idx[0]),), tpu(row), accumulate=accumulate),
+         torch.index_put(x, (idx[0],), row, accumulate=accumulate))
+
+
+def test_index_put_errors():
+    x = torch.zeros(2, 3)
+    same_error(lambda: x.clone().index_put_((torch.tensor([5]),), torch.tensor(1.0)),
+               lambda: tpu(x).index_put_((tpu(torch.tensor([5])),), tpu(torch.tensor(1.0))))
+    same_error(lambda: x.clone().index_put_((torch.tensor([1]),), torch.tensor([1.0, 2.0])),
+               lambda: tpu(x).index_put_((tpu(torch.tensor([1])),), tpu(torch.tensor([1.0, 2.0]))))
+
+
+def test_index_backward():
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
+    xt = tpu(x.detach()).requires_grad_()
+    idx = torch.tensor([3, 0, 3])
+    g = torch.randn(3, 5, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(x[idx], x, g)
+    (gt,) = torch.autograd.grad(xt[tpu(idx)], xt, tpu(g))
+    same(gt, gc)
+
+
+# ---- masked ops, nonzero ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_select_nonzero(dtype):
+    x = make((3, 4), dtype)
+    m = make((4,), torch.bool, seed=11)
+    same(torch.masked_select(tpu(x), tpu(m)), torch.masked_select(x, m))
+    out = tpu(torch.empty(0, dtype=dtype))
+    torch.masked_select(tpu(x).t(), tpu(m[:3]), out=out)
+    same(out, torch.masked_select(x.t(), m[:3]))
+    same(torch.nonzero(tpu(x)), torch.nonzero(x))
+    same(torch.nonzero(tpu(x).t()), torch.nonzero(x.t()))
+    out = tpu(torch.empty(0, dtype=torch.int64))
+    torch.nonzero(tpu(x), out=out)
+    same(out, torch.nonzero(x))
+    src = make((12,), dtype, seed=12)
+    mm = make((3, 4), torch.bool, seed=13)
+    y = tpu(x)
+    y.masked_scatter_(tpu(mm), tpu(src))
+    same(y, x.clone().masked_scatter_(mm, src))
+    same_error(lambda: torch.masked_select(x, m.float()), lambda: torch.masked_select(tpu(x), tpu(m.float())))
+
+
+def test_nonzero_special_floats():
+    x = torch.tensor([0.0, -0.0, float("nan"), 1e-30, float("inf")])
+    same(torch.nonzero(tpu(x)), torch.nonzero(x))
+
+
+# ---- cat, flip, roll, repeat, pad, tril/triu ------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cat(dtype):
+    a, b = make((2, 3), dtype), make((2, 5), dtype, seed=1)
+    same(torch.cat([tpu(a), tpu(b)], 1), torch.cat([a, b], 1))
+    same(torch.cat([tpu(a).t(), tpu(b).t()]), torch.cat([a.t(), b.t()]))
+    e = torch.empty(0, dtype=dtype)
+    same(torch.cat([tpu(a), tpu(e), tpu(a)], -2), torch.cat([a, e, a], -2))
+    other = make((1, 3), torch.float64, seed=2)
+    same(torch.cat([tpu(a), tpu(other)]), torch.cat([a, other]))
+    out = tpu(torch.empty(0, dtype=dtype))
+    torch.cat([tpu(a), tpu(a)], out=out)
+    same(out, torch.cat([a, a]))
+    same_error(lambda: torch.cat([a, b]), lambda: torch.cat([tpu(a), tpu(b)]))
+
+
+def test_cat_backward():
+    a = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    at = tpu(a.detach()).requires_grad_()
+    g = torch.randn(4, 3, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.cat([a, a * 1]), a, g)
+    (gt,) = torch.autograd.grad(torch.cat([at, at * 1]), at, tpu(g))
+    same(gt, gc)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flip_roll_repeat(dtype):
+    x = make((3, 4, 2), dtype)
+    xt = tpu(x)
+    same(torch.flip(xt, (0, 2)), torch.flip(x, (0, 2)))
+    same(torch.flip(xt.transpose(0, 1), (-1,)), torch.flip(x.transpose(0, 1), (-1,)))
+    same(torch.roll(xt, 5), torch.roll(x, 5))
+    same(torch.roll(xt, (1, -3), (0, 1)), torch.roll(x, (1, -3), (0, 1)))
+    same(torch.roll(xt.transpose(0, 2), 1, 1), torch.roll(x.transpose(0, 2), 1, 1))
+    same(xt.repeat(2, 1, 1, 3), x.repeat(2, 1, 1, 3))
+    same(xt.transpose(0, 1).repeat(1, 2, 1), x.transpose(0, 1).repeat(1, 2, 1))
+    same_error(lambda: torch.flip(x, (0, 0)), lambda: torch.flip(xt, (0, 0)))
+    same_error(lambda: x.repeat(2), lambda: xt.repeat(2))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pad_tril_triu(dtype):
+    x = make((3, 4), dtype)
+    xt = tpu(x)
+    value = True if dtype is torch.bool else 3
+    same(torch.constant_pad_nd(xt, (1, 2, -1, 1), value), torch.constant_pad_nd(x, (1, 2, -1, 1), value))
+    same(torch.nn.functional.pad(xt.t(), (2, 0)), torch.nn.functional.pad(x.t(), (2, 0)))
+    for k in (-1, 0, 2):
+        same(torch.tril(xt, k), torch.tril(x, k))
+        same(torch.triu(xt.t(), k), torch.triu(x.t(), k))
+    y = tpu(x)
+    y.tril_(1)
+    same(y, torch.tril(x, 1))
+    out = tpu(torch.empty(0, dtype=dtype))
+    torch.triu(xt, -1, out=out)
+    same(out, torch.triu(x, -1))
+    same_error(lambda: torch.tril(x[0]), lambda: torch.tril(xt[0]))
+    same_error(lambda: torch.constant_pad_nd(x, (1,)), lambda: torch.constant_pad_nd(xt, (1,)))
+
+
+def test_shape_backward():
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    xt = tpu(x.detach()).requires_grad_()
+    g = torch.randn(4, 7, dtype=torch.float64)
+    f = lambda t: torch.nn.functional.pad(torch.flip(torch.tril(t), (0,)).roll(1, 1), (1, 2, 0, 1))  # noqa: E731
+    (gc,) = torch.autograd.grad(f(x), x, g)
+    (gt,) = torch.autograd.grad(f(xt), xt, tpu(g))
+    same(gt, gc)
+
+
+# ---- sort / topk --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort(dtype, descending):
+    x = make((5, 7), dtype, low=-3, high=3)  # many ties: checks stability
+    if dtype.is_floating_point:
+        x[1, 2] = float("nan")
+        x[3, 0] = float("nan")
+    xt = tpu(x)
+    for dim in (0, 1):
+        v, i = torch.sort(xt, dim=dim, descending=descending, stable=True)
+        ve, ie = torch.sort(x, dim=dim, descending=descending, stable=True)
+        same(v, ve, equal_nan=True)
+        same(i, ie)
+    v, i = torch.sort(xt.t(), descending=descending)
+    same(v, torch.sort(x.t(), descending=descending).values, equal_nan=True)
+    vo, io = tpu(torch.empty(0, dtype=dtype)), tpu(torch.empty(0, dtype=torch.int64))
+    torch.sort(xt, stable=True, dim=1, descending=descending, out=(vo, io))
+    same(io, torch.sort(x, stable=True, dim=1, descending=descending).indices)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk(dtype, largest):
+    n = 200 if dtype not in (torch.int8, torch.uint8) else 100
+    x = torch.randperm(n, generator=torch.Generator().manual_seed(0)).reshape(-1, 10)
+    x = (x - (0 if dtype is torch.uint8 else n // 2)).to(dtype)
+    xt = tpu(x)
+    v, i = torch.topk(xt, 3, dim=1, largest=largest)
+    ve, ie = torch.topk(x, 3, dim=1, largest=largest)
+    same(v, ve)
+    same(i, ie)
+    v, i = torch.topk(xt, 4, dim=0, largest=largest, sorted=False)
+    ve, _ = torch.topk(x, 4, dim=0, largest=largest, sorted=False)
+    same(v.cpu().sort(0).values.to("tpu"), ve.sort(0).values)
+    same(torch.gather(xt, 0, i), v.cpu())
+    same_error(lambda: torch.topk(x, 11), lambda: torch.topk(xt, 11))
+
+
+def test_sort_topk_backward():
+    x = torch.randn(4, 6, dtype=torch.float64, requires_grad=True)
+    xt = tpu(x.detach()).requires_grad_()
+    g = torch.randn(4, 2, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.topk(x, 2).values, x, g)
+    (gt,) = torch.autograd.grad(torch.topk(xt, 2).values, xt, tpu(g))
+    same(gt, gc)
+    g2 = torch.randn(4, 6, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.sort(x, 0).values, x, g2)
+    (gt,) = torch.autograd.grad(torch.sort(xt, 0).values, xt, tpu(g2))
+    same(gt, gc)
+
+
+# ---- factories ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_arange_eye(dtype):
+    for args in [(10,), (2, 9), (9, -3, -2), (0, 1, 0.1) if dtype.is_floating_point else (1, 8, 3)]:
+        same(torch.arange(*args, dtype=dtype, device="tpu"), torch.arange(*args, dtype=dtype))
+    same(torch.eye(3, dtype=dtype, device="tpu"), torch.eye(3, dtype=dtype))
+    same(torch.eye(2, 5, dtype=dtype, device="tpu"), torch.eye(2, 5, dtype=dtype))
+    same_error(lambda: torch.arange(0, 5, -1, dtype=dtype), lambda: torch.arange(0, 5, -1, dtype=dtype, device="tpu"))
+    same_error(lambda: torch.eye(-1, dtype=dtype), lambda: torch.eye(-1, dtype=dtype, device="tpu"))
+
+
+def test_arange_default_dtypes():
+    same(torch.arange(5, device="tpu"), torch.arange(5))
+    same(torch.arange(0.5, 3, device="tpu"), torch.arange(0.5, 3))
+    same(torch.eye(2, dtype=torch.bool, device="tpu"), torch.eye(2, dtype=torch.bool))

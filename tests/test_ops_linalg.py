@@ -1,0 +1,343 @@
+"""linalg family on tpu vs PyTorch CPU: matrix products, convolution, 2-d pooling.
+
+Every case runs the same call on CPU tensors and on their tpu copies and compares with the
+per-dtype tolerances of tolerances.py; the linalg ops must not go through the CPU
+fallback (other families' ops used along the way, e.g. by autograd, may)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from tolerances import assert_close
+
+DEV = "tpu"
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]
+
+LINALG_OPS = (
+    "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+    "aten::mv", "aten::dot", "aten::vdot", "aten::convolution_overrideable",
+    "aten::convolution_backward_overrideable", "aten::max_pool2d_with_indices",
+    "aten::avg_pool2d", "aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d",
+)
+
+
+def _ours(name):
+    base = name if name.startswith("aten::") else "aten::" + name
+    return any(base == op or base.startswith(op + ".") or base.startswith(op + "_") for op in LINALG_OPS)
+
+
+@pytest.fixture
+def native():
+    """Fails the test if one of this family's ops ran through the CPU fallback."""
+    torchtpu.reset_fallback_report()
+    yield
+    torch.tpu.synchronize()
+    ours = {k: v for k, v in torchtpu.fallback_report().items() if _ours(k)}
+    assert not ours, f"linalg ops ran through the CPU fallback: {ours}"
+
+
+def make(shape, dtype, gen):
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    lo = 0 if dtype == torch.uint8 else -3
+    return torch.randint(lo, 4, shape, generator=gen, dtype=dtype)
+
+
+def tpu(t):
+    return t.to(DEV)
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(1234)
+
+
+# ---- matrix products -------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS + INTS)
+def test_products(dtype, gen, native):
+    a, b = make((5, 7), dtype, gen), make((7, 3), dtype, gen)
+    ba, bb = make((4, 5, 7), dtype, gen), make((4, 7, 3), dtype, gen)
+    v, v5 = make((7,), dtype, gen), make((5,), dtype, gen)
+    c, bc = make((5, 3), dtype, gen), make((4, 5, 3), dtype, gen)
+    beta, alpha = (2, 3) if not dtype.is_floating_point else (0.5, -1.5)
+    cases = [
+        (torch.mm, (a, b), {}),
+        (torch.bmm, (ba, bb), {}),
+        (torch.mv, (a, v), {}),
+        (torch.dot, (v, v), {}),
+        (torch.vdot, (v, v), {}),
+        (torch.addmm, (c, a, b), dict(beta=beta, alpha=alpha)),
+        (torch.baddbmm, (bc, ba, bb), dict(beta=beta, alpha=alpha)),
+        (torch.addbmm, (c, ba, bb), dict(beta=beta, alpha=alpha)),
+        (torch.addmv, (v5, a, v), dict(beta=beta, alpha=alpha)),
+    ]
+    for fn, args, kw in cases:
+        want = fn(*args, **kw)
+        got = fn(*[tpu(x) for x in args], **kw)
+        assert got.device.type == DEV and got.dtype == want.dtype, fn.__name__
+        assert_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])
+def test_products_noncontiguous_and_broadcast(dtype, gen, native):
+    at = make((7, 5), dtype, gen)          # used transposed: strides (1, 5)
+    wide = make((7, 6), dtype, gen)        # column slice: row stride 6
+    both = make((10, 12), dtype, gen)      # strided in both dims: packed
+    a, b, s = at.t(), wide[:, ::2], both[::2, ::2]
+    for x, y in [(a, b), (s, b[:6]), (a, b.t().contiguous().t())]:
+        assert_close(torch.mm(tpu(x), tpu(y)), torch.mm(x, y), dtype)
+    bias_row, bias_scalar = make((3,), dtype, gen), make((), dtype, gen)
+    assert_close(torch.addmm(tpu(bias_row), tpu(a), tpu(b)), torch.addmm(bias_row, a, b), dtype)
+    assert_close(torch.addmv(tpu(bias_scalar), tpu(a), tpu(wide[:, 0])),
+                 torch.addmv(bias_scalar, a, wide[:, 0]), dtype)
+    ba = make((3, 7, 5), dtype, gen).transpose(1, 2)
+    bb = make((1, 7, 4), dtype, gen).expand(3, 7, 4)
+    bias = make((5, 4), dtype, gen)
+    assert_close(torch.baddbmm(tpu(bias), tpu(ba), tpu(bb)), torch.baddbmm(bias, ba, bb), dtype)
+    assert_close(torch.bmm(tpu(ba), tpu(bb)), torch.bmm(ba, bb), dtype)
+    # beta = 0 ignores NaN in the added tensor, as CPU does
+    if dtype.is_floating_point:
+        nan = torch.full((5, 3), float("nan"), dtype=dtype)
+        assert_close(torch.addmm(tpu(nan), tpu(a), tpu(b), beta=0), torch.addmm(nan, a, b, beta=0), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_products_inplace_and_out(dtype, gen, native):
+    a, b = make((4, 6), dtype, gen), make((6, 3), dtype, gen)
+    ba, bb = make((2, 4, 6), dtype, gen), make((2, 6, 3), dtype, gen)
+    v = make((6,), dtype, gen)
+    for name, self_shape, args in [("addmm_", (4, 3), (a, b)), ("baddbmm_", (2, 4, 3), (ba, bb)),
+                                   ("addbmm_", (4, 3), (ba, bb)), ("addmv_", (4,), (a, v))]:
+        c = make(self_shape, dtype, gen)
+        ct = tpu(c)
+        r = getattr(ct, name)(*[tpu(x) for x in args], beta=2, alpha=3)
+        getattr(c, name)(*args, beta=2, alpha=3)
+        assert r is ct
+        assert_close(ct, c, dtype)
+    # in-place into a non-contiguous self
+    c = make((3, 4), dtype, gen)
+    ct = tpu(c)
+    ct.t().addmm_(tpu(a), tpu(b))
+    c.t().addmm_(a, b)
+    assert_close(ct, c, dtype)
+    for fn, args in [(torch.mm, (a, b)), (torch.bmm, (ba, bb)), (torch.mv, (a, v)), (torch.dot, (v, v))]:
+        want = fn(*args)
+        out = torch.empty(0, dtype=dtype, device=DEV)
+        r = fn(*[tpu(x) for x in args], out=out)
+        assert r is out
+        assert_close(out, want, dtype)
+    out = torch.empty((4, 3), dtype=dtype, device=DEV)
+    torch.addmm(tpu(make((3,), dtype, gen)), tpu(a), tpu(b), out=out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_products_backward(dtype, gen, native):
+    a, b, c = make((4, 5), dtype, gen), make((5, 3), dtype, gen), make((3,), dtype, gen)
+    ba, bb = make((2, 4, 5), dtype, gen), make((2, 5, 3), dtype, gen)
+    v = make((5,), dtype, gen)
+    fns = [
+        (lambda x, y, z: torch.addmm(z, x, y, beta=0.5, alpha=2), (a, b, c)),
+        (lambda x, y: torch.bmm(x, y), (ba, bb)),
+        (lambda x, y: torch.mv(x, y), (a, v)),
+        (lambda x, y: torch.dot(x, y), (v, v * 2)),
+        (lambda x, y: x @ y, (a, b)),
+    ]
+    for fn, args in fns:
+        cpu_in = [x.clone().requires_grad_() for x in args]
+        tpu_in = [tpu(x).requires_grad_() for x in args]
+        want, got = fn(*cpu_in), fn(*tpu_in)
+        g = make(want.shape, dtype, gen)
+        gw = torch.autograd.grad(want, cpu_in, g)
+        gt = torch.autograd.grad(got, tpu_in, tpu(g))
+        for x, y in zip(gt, gw):
+            assert_close(x, y, dtype)
+
+
+def _same_error(fn, *args, **kw):
+    with pytest.raises(Exception) as cpu_err:
+        fn(*args, **kw)
+    targs = [tpu(a) if isinstance(a, torch.Tensor) else a for a in args]
+    with pytest.raises(cpu_err.type) as tpu_err:
+        fn(*targs, **kw)
+        torch.tpu.synchronize()
+    return str(cpu_err.value), str(tpu_err.value)
+
+
+def test_product_errors():
+    o = torch.ones
+    cpu_msg, tpu_msg = _same_error(torch.mm, o(2, 3), o(4, 5))
+    assert "mat1 and mat2 shapes cannot be multiplied (2x3 and 4x5)" in tpu_msg
+    _, tpu_msg = _same_error(torch.mm, o(2, 3), o(3, 5, dtype=torch.float64))
+    assert "expected m1 and m2 to have the same dtype, but got: float != double" in tpu_msg
+    _same_error(torch.bmm, o(2, 3, 4), o(3, 4, 5))
+    _same_error(torch.addmm, o(3, 3), o(2, 3), o(3, 3))
+    _same_error(torch.addmm, o(2, 2, dtype=torch.float64), o(2, 3), o(3, 2))
+    _same_error(torch.baddbmm, o(2, 3, 3), o(2, 3, 4), o(2, 4, 3, dtype=torch.float64))
+    _same_error(torch.mv, o(2, 3), o(4))
+    _same_error(torch.dot, o(3), o(4))
+    _same_error(torch.dot, o(3), o(3, 1))
+    _same_error(torch.mm, o(2, 3, dtype=torch.bool), o(3, 2, dtype=torch.bool))
+
+
+# ---- convolution -----------------------------------------------------------------------
+
+CONV_CASES = [
+    # (input shape, weight shape, kwargs)
+    ((2, 4, 9), (6, 2, 3), dict(stride=2, padding=1, dilation=1, groups=2)),
+    ((2, 3, 7, 6), (5, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), dilation=(1, 2))),
+    ((1, 4, 5, 5), (4, 1, 3, 3), dict(stride=1, padding=1, groups=4)),
+    ((3, 6, 4, 4), (8, 6, 1, 1), dict()),
+    ((1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(stride=(1, 2, 1), padding=1)),
+]
+CONV_FNS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_conv_forward(dtype, case, gen, native):
+    xs, ws, kw = CONV_CASES[case]
+    x, w, b = make(xs, dtype, gen), make(ws, dtype, gen), make((ws[0],), dtype, gen)
+    fn = CONV_FNS[len(xs)]
+    for bias in (b, None):
+        want = fn(x, w, bias, **kw)
+        got = fn(tpu(x), tpu(w), None if bias is None else tpu(bias), **kw)
+        assert_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_conv_backward(dtype, case, gen, native):
+    xs, ws, kw = CONV_CASES[case]
+    fn = CONV_FNS[len(xs)]
+    args = [make(xs, dtype, gen), make(ws, dtype, gen), make((ws[0],), dtype, gen)]
+    cpu_in = [t.clone().requires_grad_() for t in args]
+    tpu_in = [tpu(t).requires_grad_() for t in args]
+    want, got = fn(*cpu_in, **kw), fn(*tpu_in, **kw)
+    g = make(want.shape, dtype, gen)
+    for a, c in zip(torch.autograd.grad(got, tpu_in, tpu(g)), torch.autograd.grad(want, cpu_in, g)):
+        assert_close(a, c, dtype)
+    # only the input needs a gradient (weight frozen, no bias)
+    x = tpu(args[0]).requires_grad_()
+    (gx,) = torch.autograd.grad(fn(x, tpu(args[1]), None, **kw), x, tpu(g))
+    xc = args[0].clone().requires_grad_()
+    (gc,) = torch.autograd.grad(fn(xc, args[1], None, **kw), xc, g)
+    assert_close(gx, gc, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_conv_transposed(dtype, gen, native):
+    x, w, b = make((2, 4, 5, 4), dtype, gen), make((4, 3, 3, 2), dtype, gen), make((6,), dtype, gen)
+    kw = dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2, dilation=(1, 2))
+    cpu_in = [t.clone().requires_grad_() for t in (x, w, b)]
+    tpu_in = [tpu(t).requires_grad_() for t in (x, w, b)]
+    want, got = F.conv_transpose2d(*cpu_in, **kw), F.conv_transpose2d(*tpu_in, **kw)
+    assert_close(got, want, dtype)
+    g = make(want.shape, dtype, gen)
+    for a, c in zip(torch.autograd.grad(got, tpu_in, tpu(g)), torch.autograd.grad(want, cpu_in, g)):
+        assert_close(a, c, dtype)
+
+
+def test_conv_noncontiguous_and_int(gen, native):
+    x = make((2, 3, 8, 8), torch.float32, gen).permute(0, 1, 3, 2)  # transposed spatial
+    w = make((4, 3, 3, 3), torch.float32, gen)[:, :, ::1, :]
+    assert_close(F.conv2d(tpu(x), tpu(w), padding=1), F.conv2d(x, w, padding=1))
+    cl = make((2, 3, 6, 6), torch.float32, gen).to(memory_format=torch.channels_last)
+    assert_close(F.conv2d(tpu(cl), tpu(w)), F.conv2d(cl, w))
+    xi, wi = make((1, 2, 5, 5), torch.int64, gen), make((3, 2, 2, 2), torch.int64, gen)
+    assert_close(F.conv2d(tpu(xi), tpu(wi)), F.conv2d(xi, wi))
+
+
+def test_conv_errors():
+    o = torch.ones
+    _same_error(F.conv2d, o(1, 3, 5, 5), o(4, 2, 3, 3))
+    _same_error(F.conv2d, o(1, 3, 2, 2), o(4, 3, 3, 3))
+    _same_error(F.conv2d, o(1, 3, 5, 5), o(4, 3, 3, 3, dtype=torch.float64))
+    _same_error(F.conv2d, o(1, 3, 5, 5), o(4, 3, 3, 3), o(5))
+
+
+# ---- pooling ----------------------------------------------------------------------------
+
+POOL_DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", POOL_DTYPES + [torch.int64, torch.int32, torch.uint8])
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 1), dilation=(1, 2),
+                                     ceil_mode=True)])
+def test_max_pool2d(dtype, kw, gen, native):
+    x = make((2, 3, 7, 6), dtype, gen)
+    want, wi = F.max_pool2d(x, return_indices=True, **kw)
+    got, gi = F.max_pool2d(tpu(x), return_indices=True, **kw)
+    assert_close(got, want, dtype)
+    if dtype.is_floating_point and dtype != torch.float64:
+        return  # ties after rounding may pick another index; values above agree
+    assert torch.equal(gi.cpu(), wi)
+    x3 = x[0]  # unbatched 3-D input
+    assert_close(F.max_pool2d(tpu(x3), **kw), F.max_pool2d(x3, **kw), dtype)
+
+
+def test_max_pool2d_nan_and_out(gen, native):
+    x = make((1, 2, 4, 4), torch.float32, gen)
+    x[0, 0, 1, 1] = float("nan")
+    want, wi = torch.ops.aten.max_pool2d_with_indices(x, [2], [2], [0], [1], False)
+    out, ind = torch.empty(0, device=DEV), torch.empty(0, dtype=torch.int64, device=DEV)
+    torch.ops.aten.max_pool2d_with_indices.out(tpu(x), [2], [2], [0], [1], False, out=out, indices=ind)
+    assert_close(out, want, equal_nan=True)
+    assert torch.equal(ind.cpu(), wi)
+
+
+@pytest.mark.parametrize("dtype", POOL_DTYPES + [torch.int64])
+@pytest.mark.parametrize("kw", [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                                dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                                dict(kernel_size=(3, 2), stride=2, padding=1, ceil_mode=True),
+                                dict(kernel_size=3, stride=2, padding=1, ceil_mode=True,
+                                     count_include_pad=False),
+                                dict(kernel_size=2, stride=1, padding=1, divisor_override=3)])
+def test_avg_pool2d(dtype, kw, gen, native):
+    x = make((2, 3, 7, 6), dtype, gen)
+    assert_close(F.avg_pool2d(tpu(x), **kw), F.avg_pool2d(x, **kw), dtype)
+
+
+@pytest.mark.parametrize("dtype", POOL_DTYPES)
+@pytest.mark.parametrize("size", [(3, 2), (7, 6), (1, 1), (4, 5)])
+def test_adaptive_pools(dtype, size, gen, native):
+    x = make((2, 3, 7, 6), dtype, gen)
+    assert_close(F.adaptive_avg_pool2d(tpu(x), size), F.adaptive_avg_pool2d(x, size), dtype)
+    want, wi = F.adaptive_max_pool2d(x, size, return_indices=True)
+    got, gi = F.adaptive_max_pool2d(tpu(x), size, return_indices=True)
+    assert_close(got, want, dtype)
+    if dtype == torch.float64:
+        assert torch.equal(gi.cpu(), wi)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pool_backward(dtype, gen, native):
+    x = make((2, 3, 7, 6), dtype, gen)
+    fns = [
+        lambda t: F.max_pool2d(t, 3, 2, 1),
+        lambda t: F.max_pool2d(t, (3, 2), (2, 1), (1, 1), (1, 2), ceil_mode=True),
+        lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+        lambda t: F.avg_pool2d(t, 2, 1, 1, divisor_override=3),
+        lambda t: F.adaptive_avg_pool2d(t, (4, 5)),
+        lambda t: F.adaptive_max_pool2d(t, (3, 4)),
+    ]
+    for fn in fns:
+        xc, xt = x.clone().requires_grad_(), tpu(x).requires_grad_()
+        want, got = fn(xc), fn(xt)
+        g = make(want.shape, dtype, gen)
+        (gc,) = torch.autograd.grad(want, xc, g)
+        (gt,) = torch.autograd.grad(got, xt, tpu(g))
+        assert_close(gt, gc, dtype)
+
+
+def test_pool_errors():
+    o = torch.ones
+    _same_error(F.max_pool2d, o(1, 1, 4, 4), 5)
+    _same_error(F.max_pool2d, o(1, 1, 4, 4), 2, 1, 2)
+    _same_error(F.avg_pool2d, o(1, 1, 4, 4), 2, 2, 0, False, True, 0)
+    _same_error(F.avg_pool2d, o(1, 1, 4, 4, dtype=torch.int32), 2)
+    _same_error(F.adaptive_avg_pool2d, o(1, 1, 0, 4), 2)
+    _same_error(torch.ops.aten.max_pool2d_with_indices_backward, o(1, 1, 3, 2), o(1, 1, 4, 4),
+                [2], [2], [0], [1], False, torch.zeros(1, 1, 2, 2, dtype=torch.long))
