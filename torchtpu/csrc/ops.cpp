@@ -11,6 +11,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
@@ -351,16 +352,40 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   return self.cpu().item();
 }
 
-// scaled_dot_product_attention asks the backend which kernel to use. libtpurt's fused
-// attention covers everything except attention dropout, which the math path handles.
+// scaled_dot_product_attention asks the backend (through a dispatch stub) which kernel
+// to use. The answer is libtpurt's own: a dry run of the fused op's builder (validation
+// only, nothing queued) accepts exactly what the fused kernel supports; anything else
+// (attention dropout, other ranks) takes PyTorch's math path over native ops.
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double> scale, bool enable_gqa) {
-  static const bool have_kernel =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("aten::_scaled_dot_product_fused_attention_overrideable", "")
-          .hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
-  bool native = have_kernel && dropout_p == 0.0 && !enable_gqa;
+  static const int index = [] {
+    for (int i = 0; i < tpu_aten_op_count(); ++i)
+      if (std::string(tpu_aten_op_name(i)) == "_scaled_dot_product_fused_attention_overrideable") return i;
+    return -1;
+  }();
+  if (index < 0) return static_cast<int64_t>(at::SDPBackend::math);
+  tpu_arg_t args[8] = {};
+  const at::Tensor* ts[3] = {&q, &k, &v};
+  for (int i = 0; i < 3; ++i) {
+    if (ts[i]->device().type() != kTpu || ts[i]->dim() > TPU_MAX_DIMS) return static_cast<int64_t>(at::SDPBackend::math);
+    args[i].kind = TPU_ARG_TENSOR;
+    args[i].tensor = view_of(*ts[i]);
+  }
+  if (mask && mask->defined()) {
+    if (mask->device().type() != kTpu) return static_cast<int64_t>(at::SDPBackend::math);
+    args[3].kind = TPU_ARG_TENSOR;
+    args[3].tensor = view_of(*mask);
+  }
+  args[4].kind = TPU_ARG_DOUBLE; args[4].v.d = dropout_p;
+  args[5].kind = TPU_ARG_BOOL; args[5].v.b = is_causal;
+  args[6].kind = TPU_ARG_BOOL; args[6].v.b = false;
+  if (scale) { args[7].kind = TPU_ARG_DOUBLE; args[7].v.d = *scale; }
+  tpu_node_t* node = nullptr;
+  tpu_status_t st = tpu_op_prepare(index, TPU_VARIANT_FUNCTIONAL, args, 8, &node);
+  tpu_node_discard(node);
+  bool native = st == nullptr;
+  tpu_status_free(st);
   return static_cast<int64_t>(native ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 
@@ -385,7 +410,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
-  m.impl("_fused_sdp_choice", fused_sdp_choice);
 
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {
@@ -456,3 +480,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 }
 
 }  // namespace torchtpu
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torchtpu::fused_sdp_choice)
+}  // namespace at::native

@@ -75,6 +75,7 @@ tpu_status_t tpu__arg_bool(tpu_build_t* b, int i, bool* out) {
   const tpu_arg_t* a = tpu__arg(b, i);
   if (a && a->kind == TPU_ARG_BOOL) { *out = a->v.b; return NULL; }
   if (a && a->kind == TPU_ARG_INT) { *out = a->v.i != 0; return NULL; }
+  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = a->v.i != 0; return NULL; }
   return want(b, i, "bool");
 }
 
@@ -87,6 +88,7 @@ tpu_status_t tpu__arg_intlist(tpu_build_t* b, int i, const int64_t** out, int* l
   const tpu_arg_t* a = tpu__arg(b, i);
   if (a && a->kind == TPU_ARG_INTLIST) { *out = a->list; *len = (int)a->list_len; return NULL; }
   if (a && a->kind == TPU_ARG_INT) { *out = &a->v.i; *len = 1; return NULL; }
+  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = &a->v.i; *len = 1; return NULL; }
   return want(b, i, "int[]");
 }
 

@@ -50,14 +50,6 @@ static bool is_index_dtype(tpu_dtype_t t) { return t == TPU_DTYPE_I64 || t == TP
 static int ne_dim(const tpu_view_t* v) { return v->ndim > 0 ? v->ndim : 1; }
 static int64_t ne_size(const tpu_view_t* v, int d) { return v->ndim > 0 ? v->sizes[d] : 1; }
 
-/* Like tpu__arg_bool_opt, but also takes the adapter's Scalar form of a bool (an IValue
- * bool is also a Scalar, so it may arrive as TPU_ARG_SCALAR with its value in v.i). */
-static tpu_status_t bool_opt(tpu_build_t* b, int i, bool dflt, bool* out) {
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = a->v.i != 0; return NULL; }
-  return tpu__arg_bool_opt(b, i, dflt, out);
-}
-
 /* Reads a bool/uint8 tensor (host-read cut point) and counts its set elements. */
 static tpu_status_t count_true(tpu_build_t* b, const tpu_view_t* m, int64_t* out_count) {
   int64_t n = tpu_view_numel(m);
@@ -173,7 +165,7 @@ static tpu_status_t build_scatter(tpu_build_t* b) {
       else if (!strcmp(s, "amin")) red = RED_AMIN;
       else return tpu__err(b, TPU_INVALID_ARGUMENT,
                            "reduce argument must be either sum, prod, mean, amax or amin, got %s", s);
-      TPU_RETURN_IF_ERROR(bool_opt(b, 5, true, &include_self));
+      TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, true, &include_self));
     }
   }
   TPU_RETURN_IF_ERROR(sg_shape_check(b, self, dim, index, src, false));
@@ -448,7 +440,7 @@ static tpu_status_t build_index_put(tpu_build_t* b) {
   bool accumulate;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &values));
-  TPU_RETURN_IF_ERROR(bool_opt(b, 3, false, &accumulate));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &accumulate));
   if (values->dtype != self->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Index put requires the source and destination dtypes match, got "
                     "%s for the destination and %s for the source.", c10_name(self->dtype), c10_name(values->dtype));
@@ -763,7 +755,7 @@ static tpu_status_t build_sort(tpu_build_t* b) {
   int dim;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
   TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 2, -1, &dim64));
-  TPU_RETURN_IF_ERROR(bool_opt(b, 3, false, &desc));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &desc));
   TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dim64, self->ndim, &dim));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, self));
   b->node->kind = TPU_KIND_SORT;
@@ -784,7 +776,7 @@ static tpu_status_t build_topk(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 1, &k));
   TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 2, -1, &dim64));
-  TPU_RETURN_IF_ERROR(bool_opt(b, 3, true, &largest));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, true, &largest));
   TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dim64, self->ndim, &dim));
   if (self->dtype == TPU_DTYPE_BOOL)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "topk does not support bool dtypes on CPU");

@@ -48,14 +48,6 @@ static const char* fmt_sizes(char* buf, size_t cap, int nd, const int64_t* s) {
   return buf;
 }
 
-/* bool arguments may arrive as TPU_ARG_SCALAR (bool kind): the adapter tests
- * IValue::isScalar before isBool. */
-static tpu_status_t arg_flag(tpu_build_t* b, int i, bool dflt, bool* out) {
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = a->v.i != 0; return NULL; }
-  return tpu__arg_bool_opt(b, i, dflt, out);
-}
-
 static tpu_status_t not_implemented(tpu_build_t* b, const char* kernel, tpu_dtype_t d) {
   return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, st_name(d));
 }
@@ -302,7 +294,7 @@ static tpu_status_t conv_parse(tpu_build_t* b, int xi, int wi, conv_args_t* c) {
   TPU_RETURN_IF_ERROR(conv_list(b, 3, "stride", nd, c->stride));
   TPU_RETURN_IF_ERROR(conv_list(b, 4, "padding", nd, c->pad));
   TPU_RETURN_IF_ERROR(conv_list(b, 5, "dilation", nd, c->dil));
-  TPU_RETURN_IF_ERROR(arg_flag(b, 6, false, &c->transposed));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 6, false, &c->transposed));
   TPU_RETURN_IF_ERROR(conv_list(b, 7, "output_padding", nd, c->outpad));
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 8, &c->groups));
   for (int d = 0; d < nd; ++d) {
@@ -497,7 +489,7 @@ static tpu_status_t pool_parse(tpu_build_t* b, const char* name, const tpu_view_
     snprintf(msg, sizeof msg, "%s: dilation must be either a single int, or a tuple of two ints", name);
     TPU_RETURN_IF_ERROR(pair(b, ki + 3, NULL, msg, a->d));
   }
-  TPU_RETURN_IF_ERROR(arg_flag(b, ki + (has_dil ? 4 : 3), false, &a->ceil_mode));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, ki + (has_dil ? 4 : 3), false, &a->ceil_mode));
   int nd = x->ndim;
   if (nd != 3 && nd != 4) {
     if (!has_dil && nd < 3)
@@ -610,7 +602,7 @@ static tpu_status_t avg_common(tpu_build_t* b, const tpu_view_t* x, int ki, pool
   TPU_RETURN_IF_ERROR(pool_parse(b, "avg_pool2d", x, ki, false, a));
   bool cip;
   int64_t div;
-  TPU_RETURN_IF_ERROR(arg_flag(b, ki + 4, true, &cip));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, ki + 4, true, &cip));
   TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, ki + 5, 0, &div));
   if (!tpu__arg_is_none(b, ki + 5) && div == 0)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "divisor must be not zero");

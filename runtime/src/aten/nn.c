@@ -1,6 +1,632 @@
-/* ATen ops of the nn family. */
+/* ATen ops of the nn family: layer norm, embedding, nll loss, fused attention and the
+ * pointwise losses. Builders check arguments the way ATen's CPU kernels do, so the same
+ * Python exception (and nearly the same text) comes back. */
+#include <math.h>
+#include <stdio.h>
+
 #include "aten/aten.h"
 
+/* c10's short ScalarType names, used by ATen's dispatch-macro messages ("... for 'Long'"). */
+static const char* c10_name(tpu_dtype_t t) {
+  switch (t) {
+    case TPU_DTYPE_U8: return "Byte";
+    case TPU_DTYPE_I8: return "Char";
+    case TPU_DTYPE_I16: return "Short";
+    case TPU_DTYPE_I32: return "Int";
+    case TPU_DTYPE_I64: return "Long";
+    case TPU_DTYPE_F16: return "Half";
+    case TPU_DTYPE_F32: return "Float";
+    case TPU_DTYPE_F64: return "Double";
+    case TPU_DTYPE_BOOL: return "Bool";
+    case TPU_DTYPE_BF16: return "BFloat16";
+    default: return "Undefined";
+  }
+}
+
+static void fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
+  size_t o = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < nd && o < cap; ++i)
+    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
+  if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static int64_t numel_of(int nd, const int64_t* s) {
+  int64_t n = 1;
+  for (int i = 0; i < nd; ++i) n *= s[i];
+  return n;
+}
+
+static bool same_shape(int na, const int64_t* a, int nb, const int64_t* c) {
+  if (na != nb) return false;
+  for (int i = 0; i < na; ++i) if (a[i] != c[i]) return false;
+  return true;
+}
+
+static bool is_reduced_float(tpu_dtype_t t) { return t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16; }
+
+/* An optional tensor argument: *out is NULL for None. */
+static tpu_status_t opt_tensor(tpu_build_t* b, int i, const tpu_view_t** out) {
+  *out = NULL;
+  if (tpu__arg_is_none(b, i)) return NULL;
+  const tpu_arg_t* a = tpu__arg(b, i);
+  /* an undefined optional tensor may also arrive as a TENSOR with no storage */
+  if (a->kind == TPU_ARG_TENSOR && !a->tensor.storage) return NULL;
+  return tpu__arg_tensor(b, i, out);
+}
+
+static tpu_status_t add_opt(tpu_build_t* b, const tpu_view_t* v) {
+  return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
+}
+
+static tpu_status_t not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
+  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, c10_name(t));
+}
+
+/* ---- layer norm ------------------------------------------------------------------- */
+
+/* ATen's mixed-dtype rule: a reduced-float input may take float32 weight and bias; every
+ * other dtype mismatch is an error. Returns whether the call is mixed. */
+static tpu_status_t layer_norm_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* w,
+                                     const tpu_view_t* bias, bool* mixed) {
+  *mixed = (w && w->dtype != x) || (bias && bias->dtype != x);
+  if (!*mixed) return NULL;
+  if ((w && w->dtype != TPU_DTYPE_F32) || (bias && bias->dtype != TPU_DTYPE_F32))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): expect parameter to have scalar type of Float");
+  if (!is_reduced_float(x))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): all inputs must share same datatype.");
+  return NULL;
+}
+
+/* Checks normalized_shape against input/weight/bias; returns the first normalized axis. */
+static tpu_status_t layer_norm_shapes(tpu_build_t* b, const tpu_view_t* x, const int64_t* ns, int k,
+                                      const tpu_view_t* w, const tpu_view_t* bias, int* axis) {
+  char s1[256], s2[256];
+  fmt_shape(s2, sizeof s2, k, ns);
+  if (k < 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
+                    "least one element, but got normalized_shape = %s", s2);
+  if (w && !same_shape(w->ndim, w->sizes, k, ns)) {
+    fmt_shape(s1, sizeof s1, w->ndim, w->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected weight to be of same shape as normalized_shape, but got weight of "
+                    "shape %s and normalized_shape = %s", s1, s2);
+  }
+  if (bias && !same_shape(bias->ndim, bias->sizes, k, ns)) {
+    fmt_shape(s1, sizeof s1, bias->ndim, bias->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected bias to be of same shape as normalized_shape, but got bias of "
+                    "shape %s and normalized_shape = %s", s1, s2);
+  }
+  bool ok = x->ndim >= k;
+  for (int i = 0; ok && i < k; ++i) ok = x->sizes[x->ndim - k + i] == ns[i];
+  if (!ok) {
+    char s3[256];
+    fmt_shape(s3, sizeof s3, k, ns);
+    s3[strlen(s3) - 1] = 0; /* "[*, 3]" reuses the list without its brackets */
+    fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Given normalized_shape=%s, expected input with shape [*, %s], but got input of size%s",
+                    s2, s3 + 1, s1);
+  }
+  *axis = x->ndim - k;
+  return NULL;
+}
+
+/* native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd) */
+static tpu_status_t build_layer_norm(tpu_build_t* b) {
+  const tpu_view_t *x, *w, *bias;
+  const int64_t* ns;
+  int k, axis;
+  double eps;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &ns, &k));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 2, &w));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 3, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 4, &eps));
+  TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
+  bool mixed;
+  TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "LayerNormKernelImpl", x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  n->kind = TPU_KIND_LAYER_NORM;
+  n->compute = tpu__compute_dtype(x->dtype);
+  n->ia[0] = axis;
+  n->da[0] = eps;
+  int64_t stat[TPU_MAX_DIMS];
+  for (int i = 0; i < x->ndim; ++i) stat[i] = i < axis ? x->sizes[i] : 1;
+  tpu_dtype_t sdt = mixed ? TPU_DTYPE_F32 : x->dtype;
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  tpu__node_add_output(n, sdt, x->ndim, stat);
+  tpu__node_add_output(n, sdt, x->ndim, stat);
+  return NULL;
+}
+
+/* Reads a bool[N] argument, which the adapter passes as a list of 0/1 ints. */
+static tpu_status_t bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
+  for (int k = 0; k < want; ++k) mask[k] = true;
+  const tpu_arg_t* a = tpu__arg(b, i);
+  if (!a || a->kind == TPU_ARG_NONE) return NULL;
+  if (a->kind == TPU_ARG_BOOL) { for (int k = 0; k < want; ++k) mask[k] = a->v.b; return NULL; }
+  if (a->kind != TPU_ARG_INTLIST || a->list_len != want)
+    return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be bool[%d]", i, want);
+  for (int k = 0; k < want; ++k) mask[k] = a->list[k] != 0;
+  return NULL;
+}
+
+/* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+ * output_mask) -> (grad_input, grad_weight, grad_bias). An output whose mask bit is false
+ * is absent (an undefined tensor), as on CPU. */
+static tpu_status_t build_layer_norm_backward(tpu_build_t* b) {
+  const tpu_view_t *dy, *x, *mean, *rstd, *w, *bias;
+  const int64_t* ns;
+  int k, axis;
+  bool mask[3];
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &dy));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 2, &ns, &k));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &mean));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 4, &rstd));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 5, &w));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 6, &bias));
+  TPU_RETURN_IF_ERROR(bool_mask(b, 7, 3, mask));
+  TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
+  bool mixed;
+  TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "LayerNormBackwardKernelImpl", x->dtype);
+  if (!same_shape(dy->ndim, dy->sizes, x->ndim, x->sizes))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_out must have the shape of input");
+  int64_t m = numel_of(axis, x->sizes);
+  if (tpu_view_numel(mean) != m || tpu_view_numel(rstd) != m)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mean and rstd must have %lld elements", (long long)m);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, dy));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, mean));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, rstd));
+  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  n->kind = TPU_KIND_LAYER_NORM_BACKWARD;
+  n->compute = tpu__compute_dtype(x->dtype);
+  n->ia[0] = axis;
+  for (int i = 0; i < 3; ++i) n->ia[1 + i] = mask[i];
+  if (mask[0]) tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  else tpu__node_add_output(n, x->dtype, -1, NULL);
+  const tpu_view_t* params[2] = {w, bias};
+  for (int i = 0; i < 2; ++i) {
+    tpu_dtype_t dt = params[i] ? params[i]->dtype : x->dtype;
+    if (mask[1 + i]) tpu__node_add_output(n, dt, k, ns);
+    else tpu__node_add_output(n, dt, -1, NULL);
+  }
+  return NULL;
+}
+
+/* ---- embedding -------------------------------------------------------------------- */
+
+static tpu_status_t check_indices(tpu_build_t* b, const tpu_view_t* idx, int argno, const char* fn) {
+  if (idx->dtype == TPU_DTYPE_I64 || idx->dtype == TPU_DTYPE_I32) return NULL;
+  return tpu__err(b, TPU_INVALID_ARGUMENT,
+                  "Expected tensor for argument #%d 'indices' to have one of the following scalar "
+                  "types: Long, Int; but got torch.%sTensor instead (while checking arguments for %s)",
+                  argno, c10_name(idx->dtype), fn);
+}
+
+/* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): a row gather. The
+ * last three only matter for the backward. */
+static tpu_status_t build_embedding(tpu_build_t* b) {
+  const tpu_view_t *w, *idx;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &idx));
+  if (w->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "'weight' must be 2-D");
+  TPU_RETURN_IF_ERROR(check_indices(b, idx, 1, "embedding"));
+  if (idx->ndim + 1 > TPU_MAX_DIMS) return tpu__err(b, TPU_INVALID_ARGUMENT, "too many dimensions");
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  n->kind = TPU_KIND_EMBEDDING;
+  n->compute = w->dtype;
+  int64_t shape[TPU_MAX_DIMS];
+  for (int i = 0; i < idx->ndim; ++i) shape[i] = idx->sizes[i];
+  shape[idx->ndim] = w->sizes[1];
+  tpu__node_add_output(n, w->dtype, idx->ndim + 1, shape);
+  return NULL;
+}
+
+/* embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq) */
+static tpu_status_t build_embedding_backward(tpu_build_t* b) {
+  const tpu_view_t *g, *idx;
+  int64_t nw, pad;
+  bool scale;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &g));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &idx));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &nw));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &pad));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 4, &scale));
+  TPU_RETURN_IF_ERROR(check_indices(b, idx, 2, "embedding_backward"));
+  if (nw < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "num_weights must be non-negative, got %lld", (long long)nw);
+  int64_t d = g->ndim ? g->sizes[g->ndim - 1] : 1;
+  int64_t ni = tpu_view_numel(idx), ng = tpu_view_numel(g);
+  if (ni * d != ng)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "shape '[%lld, %lld]' is invalid for input of size %lld",
+                    (long long)ni, (long long)d, (long long)ng);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  n->kind = TPU_KIND_EMBEDDING_BACKWARD;
+  n->compute = tpu__compute_dtype(g->dtype);
+  n->ia[0] = nw;
+  n->ia[1] = pad;
+  n->ia[2] = scale;
+  int64_t shape[2] = {nw, d};
+  tpu__node_add_output(n, g->dtype, 2, shape);
+  return NULL;
+}
+
+/* ---- nll loss --------------------------------------------------------------------- */
+
+enum { NLL_1D = 0, NLL_2D = 1 };
+static const int k_nll1d = NLL_1D, k_nll2d = NLL_2D;
+
+/* Shape rules of nll_loss / nll_loss2d shared by forward and backward. Self is at arg
+ * `si`, target at si+1, weight at si+2. Fills (N, C, P): batch, classes, spatial size. */
+static tpu_status_t nll_check(tpu_build_t* b, int si, const tpu_view_t** out_self,
+                              const tpu_view_t** out_target, const tpu_view_t** out_w, int64_t ncp[3]) {
+  const tpu_view_t *x, *t, *w;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, si, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, si + 1, &t));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, si + 2, &w));
+  bool is2d = *(const int*)b->data == NLL_2D;
+  char s1[256], s2[256];
+  fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
+  fmt_shape(s2, sizeof s2, t->ndim, t->sizes);
+  if (!is2d) {
+    if (x->ndim < 1 || x->ndim > 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "input tensor should be 1D or 2D");
+    if (t->ndim > 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "0D or 1D target tensor expected, multi-target not supported");
+    bool no_batch = x->ndim == 1 && t->ndim == 0;
+    if (!(no_batch || x->sizes[0] == t->sizes[0]))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "size mismatch (got input: %s, target: %s)", s1, s2);
+    ncp[0] = x->ndim == 2 ? x->sizes[0] : 1;
+    ncp[1] = x->sizes[x->ndim - 1];
+    ncp[2] = 1;
+    if (x->ndim == 1 && tpu_view_numel(t) != 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "size mismatch (got input: %s, target: %s)", s1, s2);
+  } else {
+    if (t->ndim != 3)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "only batches of spatial targets supported (3D tensors) but got targets of dimension: %d", t->ndim);
+    if (x->ndim != 4)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "only batches of spatial inputs supported (4D tensors), but got input of dimension: %d", x->ndim);
+    if (x->sizes[0] != t->sizes[0] || x->sizes[2] != t->sizes[1] || x->sizes[3] != t->sizes[2])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "size mismatch (got input: %s , target: %s", s1, s2);
+    ncp[0] = x->sizes[0];
+    ncp[1] = x->sizes[1];
+    ncp[2] = x->sizes[2] * x->sizes[3];
+  }
+  if (w && tpu_view_numel(w) != ncp[1]) {
+    if (is2d) return tpu__err(b, TPU_INVALID_ARGUMENT, "weight tensor should be defined either for all or no classes");
+    fmt_shape(s1, sizeof s1, w->ndim, w->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "weight tensor should be defined either for all %lld classes or no classes but got "
+                    "weight tensor of shape: %s", (long long)ncp[1], s1);
+  }
+  if (t->dtype != TPU_DTYPE_I64 && t->dtype != TPU_DTYPE_U8)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected target dtype to be Long or Byte, but got %s", c10_name(t->dtype));
+  if (!tpu_dtype_is_floating(x->dtype))
+    return not_implemented_for(b, is2d ? "nll_loss2d_forward_out_frame" : "nll_loss_out_frame", x->dtype);
+  if (w && w->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", c10_name(x->dtype), c10_name(w->dtype));
+  *out_self = x;
+  *out_target = t;
+  *out_w = w;
+  return NULL;
+}
+
+/* nll_loss_forward / nll_loss2d_forward(self, target, weight?, reduction, ignore_index)
+ * -> (output, total_weight). Reductions: 0 none, 1 mean, other values sum (as ATen). */
+static tpu_status_t build_nll(tpu_build_t* b) {
+  const tpu_view_t *x, *t, *w;
+  int64_t ncp[3], red, ignore;
+  TPU_RETURN_IF_ERROR(nll_check(b, 0, &x, &t, &w, ncp));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &red));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 4, &ignore));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, t));
+  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  n->kind = TPU_KIND_NLL_LOSS;
+  n->compute = tpu__compute_dtype(x->dtype);
+  n->ia[0] = red;
+  n->ia[1] = ignore;
+  n->ia[2] = ncp[0]; n->ia[3] = ncp[1]; n->ia[4] = ncp[2];
+  bool is2d = *(const int*)b->data == NLL_2D;
+  if (red == 0 && is2d) tpu__node_add_output(n, x->dtype, 3, t->sizes);
+  else if (red == 0 && x->ndim == 2) tpu__node_add_output(n, x->dtype, 1, ncp);
+  else tpu__node_add_output(n, x->dtype, 0, NULL);
+  tpu__node_add_output(n, x->dtype, 0, NULL);
+  return NULL;
+}
+
+/* nll_loss_backward / nll_loss2d_backward(grad_output, self, target, weight?, reduction,
+ * ignore_index, total_weight) -> grad_input */
+static tpu_status_t build_nll_backward(tpu_build_t* b) {
+  const tpu_view_t *go, *x, *t, *w, *tw;
+  int64_t ncp[3], red, ignore;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(nll_check(b, 1, &x, &t, &w, ncp));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 4, &red));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 5, &ignore));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 6, &tw));
+  char s[256];
+  if (tpu_view_numel(tw) != 1) {
+    fmt_shape(s, sizeof s, tw->ndim, tw->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected total_weight to be a single element tensor, got: %s (%lld elements)",
+                    s, (long long)tpu_view_numel(tw));
+  }
+  bool batched_none = red == 0 && (x->ndim > 1);
+  if (batched_none ? tpu_view_numel(go) != ncp[0] * ncp[2] : tpu_view_numel(go) != 1) {
+    fmt_shape(s, sizeof s, go->ndim, go->sizes);
+    if (batched_none)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_output must have %lld elements for reduction='none', but got: %s",
+                      (long long)(ncp[0] * ncp[2]), s);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected a single element grad_output tensor, but got: %s", s);
+  }
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, t));
+  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, tw));
+  n->kind = TPU_KIND_NLL_LOSS_BACKWARD;
+  n->compute = tpu__compute_dtype(x->dtype);
+  n->ia[0] = red;
+  n->ia[1] = ignore;
+  n->ia[2] = ncp[0]; n->ia[3] = ncp[1]; n->ia[4] = ncp[2];
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  return NULL;
+}
+
+/* ---- fused attention -------------------------------------------------------------- */
+
+/* Checks q (B,H,L,E), k (B,Hk,S,E), v (B,Hk,S,Ev) with H % Hk == 0 (grouped-query
+ * attention), and that the bias broadcasts to (B,H,L,S). */
+static tpu_status_t sdpa_check(tpu_build_t* b, const tpu_view_t* q, const tpu_view_t* k,
+                               const tpu_view_t* v, const tpu_view_t* bias) {
+  if (q->ndim != 4 || k->ndim != 4 || v->ndim != 4)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "expected 4-D query, key and value (batch, heads, seq, dim), got %d-D, %d-D, %d-D",
+                    q->ndim, k->ndim, v->ndim);
+  if (q->dtype != k->dtype || q->dtype != v->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected query, key, and value to have the same dtype, but got query.dtype: %s "
+                    "key.dtype: %s and value.dtype: %s instead.",
+                    tpu_dtype_name(q->dtype), tpu_dtype_name(k->dtype), tpu_dtype_name(v->dtype));
+  if (!tpu_dtype_is_floating(q->dtype))
+    return not_implemented_for(b, "scaled_dot_product_attention", q->dtype);
+  if (k->sizes[0] != q->sizes[0] || v->sizes[0] != q->sizes[0] || k->sizes[1] != v->sizes[1] ||
+      k->sizes[2] != v->sizes[2] || k->sizes[3] != q->sizes[3] || k->sizes[1] <= 0 ||
+      q->sizes[1] % k->sizes[1] != 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "incompatible shapes: query [%lld, %lld, %lld, %lld], key [%lld, %lld, %lld, %lld], "
+                    "value [%lld, %lld, %lld, %lld]",
+                    (long long)q->sizes[0], (long long)q->sizes[1], (long long)q->sizes[2], (long long)q->sizes[3],
+                    (long long)k->sizes[0], (long long)k->sizes[1], (long long)k->sizes[2], (long long)k->sizes[3],
+                    (long long)v->sizes[0], (long long)v->sizes[1], (long long)v->sizes[2], (long long)v->sizes[3]);
+  /* the kernels hand dimensions to 32-bit BLAS */
+  for (int i = 2; i < 4; ++i)
+    if (q->sizes[i] > INT32_MAX || k->sizes[i] > INT32_MAX || v->sizes[i] > INT32_MAX)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "sequence and head dimensions must fit in 32 bits");
+  if (bias) {
+    if (bias->dtype != TPU_DTYPE_BOOL && !tpu_dtype_is_floating(bias->dtype))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "attn_bias must be a bool or floating tensor, got %s",
+                      tpu_dtype_name(bias->dtype));
+    int64_t full[4] = {q->sizes[0], q->sizes[1], q->sizes[2], k->sizes[2]}, out[TPU_MAX_DIMS];
+    int no;
+    TPU_RETURN_IF_ERROR(tpu__broadcast(b, full, 4, bias->sizes, bias->ndim, out, &no));
+    if (!same_shape(no, out, 4, full))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "attn_bias must broadcast to [%lld, %lld, %lld, %lld]",
+                      (long long)full[0], (long long)full[1], (long long)full[2], (long long)full[3]);
+  }
+  return NULL;
+}
+
+static tpu_status_t sdpa_scale(tpu_build_t* b, int i, const tpu_view_t* q, double* out) {
+  return tpu__arg_double_opt(b, i, 1.0 / sqrt((double)(q->sizes[3] > 0 ? q->sizes[3] : 1)), out);
+}
+
+/* _scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias?, dropout_p,
+ * is_causal, return_debug_mask, *, scale?) -> (output, logsumexp, ...). The node declares
+ * only output and logsumexp; the remaining returns carry nothing for a dropout-free
+ * kernel. */
+static tpu_status_t build_sdpa(tpu_build_t* b) {
+  const tpu_view_t *q, *k, *v, *bias;
+  double dropout, scale;
+  bool causal;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &q));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &k));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &v));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 3, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 4, 0.0, &dropout));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, false, &causal));
+  TPU_RETURN_IF_ERROR(sdpa_check(b, q, k, v, bias));
+  TPU_RETURN_IF_ERROR(sdpa_scale(b, 7, q, &scale));
+  if (dropout != 0.0)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "dropout_p > 0 is not supported by the tpu fused attention kernel");
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, q));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, k));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, v));
+  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  n->kind = TPU_KIND_SDPA;
+  n->compute = tpu__compute_dtype(q->dtype);
+  n->ia[0] = causal;
+  n->da[0] = scale;
+  int64_t os[4] = {q->sizes[0], q->sizes[1], q->sizes[2], v->sizes[3]};
+  tpu__node_add_output(n, q->dtype, 4, os);
+  tpu__node_add_output(n, n->compute, 3, q->sizes);
+  return NULL;
+}
+
+/* _scaled_dot_product_fused_attention_overrideable_backward(grad_out, query, key, value,
+ * attn_bias, grad_input_mask, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+ * dropout_p, is_causal, philox_seed, philox_offset, *, scale?) -> (gq, gk, gv, gbias).
+ * Gradients that grad_input_mask does not ask for, and grad_attn_bias without a floating
+ * bias, are absent (undefined tensors). */
+static tpu_status_t build_sdpa_backward(tpu_build_t* b) {
+  const tpu_view_t *go, *q, *k, *v, *bias, *o, *lse;
+  double dropout, scale;
+  bool causal, mask[4];
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &q));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &k));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &v));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 4, &bias));
+  TPU_RETURN_IF_ERROR(bool_mask(b, 5, 4, mask));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 6, &o));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 7, &lse));
+  TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 12, 0.0, &dropout));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 13, false, &causal));
+  TPU_RETURN_IF_ERROR(sdpa_check(b, q, k, v, bias));
+  TPU_RETURN_IF_ERROR(sdpa_scale(b, 16, q, &scale));
+  if (dropout != 0.0)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "dropout_p > 0 is not supported by the tpu fused attention kernel");
+  int64_t os[4] = {q->sizes[0], q->sizes[1], q->sizes[2], v->sizes[3]};
+  if (!same_shape(go->ndim, go->sizes, 4, os) || !same_shape(o->ndim, o->sizes, 4, os))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_out and out must have the output's shape");
+  if (!same_shape(lse->ndim, lse->sizes, 3, q->sizes))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "logsumexp must have shape [batch, heads, seq_q]");
+  bool gbias = bias && mask[3] && tpu_dtype_is_floating(bias->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, q));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, k));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, v));
+  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, o));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, lse));
+  n->kind = TPU_KIND_SDPA_BACKWARD;
+  n->compute = tpu__compute_dtype(q->dtype);
+  n->ia[0] = causal;
+  n->ia[1] = gbias;
+  n->da[0] = scale;
+  tpu__node_add_output(n, q->dtype, mask[0] ? 4 : -1, q->sizes);
+  tpu__node_add_output(n, k->dtype, mask[1] ? 4 : -1, k->sizes);
+  tpu__node_add_output(n, v->dtype, mask[2] ? 4 : -1, v->sizes);
+  if (gbias) tpu__node_add_output(n, bias->dtype, bias->ndim, bias->sizes);
+  else tpu__node_add_output(n, q->dtype, -1, NULL);
+  return NULL;
+}
+
+/* ---- pointwise losses ------------------------------------------------------------- */
+
+enum { LOSS_MSE = 0, LOSS_BCE = 1, LOSS_SMOOTH_L1 = 2, LOSS_HUBER = 3 };
+typedef struct loss_def_s { int loss; const char* kernel; bool backward; } loss_def_t;
+
+/* forward: (self, target, [weight?,] reduction, [beta|delta]);
+ * backward: (grad_output, self, target, [weight?,] reduction, [beta|delta]). */
+static tpu_status_t build_point_loss(tpu_build_t* b) {
+  const loss_def_t* d = b->data;
+  int a0 = d->backward ? 1 : 0;
+  const tpu_view_t *go = NULL, *x, *t, *w = NULL;
+  if (d->backward) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, a0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, a0 + 1, &t));
+  int ai = a0 + 2;
+  if (d->loss == LOSS_BCE) TPU_RETURN_IF_ERROR(opt_tensor(b, ai++, &w));
+  int64_t red;
+  double param = 1.0;
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, ai++, 1, &red));
+  if (d->loss == LOSS_SMOOTH_L1 || d->loss == LOSS_HUBER) TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, ai, 1.0, &param));
+  if (d->loss == LOSS_SMOOTH_L1 && param < 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "smooth_l1_loss does not support negative values for beta.");
+  if (d->loss == LOSS_HUBER && param <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "huber_loss does not support non-positive values for delta.");
+  const tpu_view_t* ops[4] = {go, x, t, w};
+  int64_t shape[TPU_MAX_DIMS];
+  int nd = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (!ops[i]) continue;
+    int64_t tmp[TPU_MAX_DIMS];
+    int tn;
+    TPU_RETURN_IF_ERROR(tpu__broadcast(b, shape, nd, ops[i]->sizes, ops[i]->ndim, tmp, &tn));
+    memcpy(shape, tmp, sizeof(int64_t) * (size_t)tn);
+    nd = tn;
+  }
+  tpu_dtype_t dt;
+  if (d->loss == LOSS_BCE) {
+    if (t->dtype != x->dtype)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Found dtype %s but expected %s", c10_name(t->dtype), c10_name(x->dtype));
+    dt = x->dtype;
+  } else {
+    int idx[2] = {a0, a0 + 1};
+    dt = tpu__result_type(b, idx, 2);
+  }
+  if (d->backward) dt = x->dtype;
+  if (!tpu_dtype_is_floating(dt)) return not_implemented_for(b, d->kernel, dt);
+  tpu_node_t* n = b->node;
+  for (int i = 0; i < 4; ++i) {
+    if (i == 0 && !d->backward) continue;
+    if (i == 3 && d->loss != LOSS_BCE) continue;
+    TPU_RETURN_IF_ERROR(add_opt(b, ops[i]));
+  }
+  n->kind = d->backward ? TPU_KIND_POINT_LOSS_BACKWARD : TPU_KIND_POINT_LOSS;
+  n->compute = tpu__compute_dtype(dt);
+  n->ia[0] = d->loss;
+  n->ia[1] = red;
+  n->ia[2] = tpu_view_numel(x);
+  n->da[0] = param;
+  if (d->backward || red == 0) tpu__node_add_output(n, dt, nd, shape);
+  else tpu__node_add_output(n, dt, 0, NULL);
+  return NULL;
+}
+
+static const loss_def_t k_mse = {LOSS_MSE, "mse_cpu", false}, k_mse_bw = {LOSS_MSE, "mse_backward_cpu", true};
+static const loss_def_t k_bce = {LOSS_BCE, "binary_cross_entropy", false},
+                        k_bce_bw = {LOSS_BCE, "binary_cross_entropy_backward", true};
+static const loss_def_t k_sl1 = {LOSS_SMOOTH_L1, "smooth_l1_cpu", false},
+                        k_sl1_bw = {LOSS_SMOOTH_L1, "smooth_l1_backward_cpu_out", true};
+static const loss_def_t k_hub = {LOSS_HUBER, "huber_cpu", false},
+                        k_hub_bw = {LOSS_HUBER, "huber_backward_cpu_out", true};
+
+/* _scaled_dot_product_fused_attention_overrideable declares two outputs (output,
+ * logsumexp); the adapter fills the schema's remaining returns, which carry nothing for a
+ * dropout-free kernel. */
 const tpu_aten_entry_t tpu__aten_nn[] = {
+    {"native_layer_norm", build_layer_norm, NULL},
+    {"native_layer_norm.out", build_layer_norm, NULL},
+    {"native_layer_norm_backward", build_layer_norm_backward, NULL},
+    {"native_layer_norm_backward.out", build_layer_norm_backward, NULL},
+    {"embedding", build_embedding, NULL},
+    {"embedding.out", build_embedding, NULL},
+    {"embedding_dense_backward", build_embedding_backward, NULL},
+    {"embedding_dense_backward.out", build_embedding_backward, NULL},
+    {"nll_loss_forward", build_nll, &k_nll1d},
+    {"nll_loss_forward.output", build_nll, &k_nll1d},
+    {"nll_loss_backward", build_nll_backward, &k_nll1d},
+    {"nll_loss_backward.grad_input", build_nll_backward, &k_nll1d},
+    {"nll_loss2d_forward", build_nll, &k_nll2d},
+    {"nll_loss2d_forward.output", build_nll, &k_nll2d},
+    {"nll_loss2d_backward", build_nll_backward, &k_nll2d},
+    {"nll_loss2d_backward.grad_input", build_nll_backward, &k_nll2d},
+    {"_scaled_dot_product_fused_attention_overrideable", build_sdpa, NULL},
+    {"_scaled_dot_product_fused_attention_overrideable_backward", build_sdpa_backward, NULL},
+    {"mse_loss", build_point_loss, &k_mse},
+    {"mse_loss.out", build_point_loss, &k_mse},
+    {"mse_loss_backward", build_point_loss, &k_mse_bw},
+    {"mse_loss_backward.grad_input", build_point_loss, &k_mse_bw},
+    {"binary_cross_entropy", build_point_loss, &k_bce},
+    {"binary_cross_entropy.out", build_point_loss, &k_bce},
+    {"binary_cross_entropy_backward", build_point_loss, &k_bce_bw},
+    {"binary_cross_entropy_backward.grad_input", build_point_loss, &k_bce_bw},
+    {"smooth_l1_loss", build_point_loss, &k_sl1},
+    {"smooth_l1_loss.out", build_point_loss, &k_sl1},
+    {"smooth_l1_loss_backward", build_point_loss, &k_sl1_bw},
+    {"smooth_l1_loss_backward.grad_input", build_point_loss, &k_sl1_bw},
+    {"huber_loss", build_point_loss, &k_hub},
+    {"huber_loss.out", build_point_loss, &k_hub},
+    {"huber_loss_backward", build_point_loss, &k_hub_bw},
+    {"huber_loss_backward.out", build_point_loss, &k_hub_bw},
     {NULL, NULL, NULL},
 };

@@ -74,17 +74,6 @@ static tpu_status_t not_implemented(tpu_build_t* b, const char* kernel, tpu_dtyp
   return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, c10_name(t));
 }
 
-/* A bool argument; also accepts a bool-kind scalar, the form in which an adapter that
- * converts numbers generically may pass it. */
-static tpu_status_t arg_bool_opt(tpu_build_t* b, int i, bool dflt, bool* out) {
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) {
-    *out = a->v.i != 0;
-    return NULL;
-  }
-  return tpu__arg_bool_opt(b, i, dflt, out);
-}
-
 /* The Generator argument: a seed, or None (C tests only). */
 static tpu_status_t read_seed(tpu_build_t* b, int i) {
   return tpu__arg_int_opt(b, i, 0, &b->node->ia[0]);
@@ -481,7 +470,7 @@ static tpu_status_t build_multinomial(tpu_build_t* b) {
   int64_t n_sample;
   bool repl;
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 1, &n_sample));
-  TPU_RETURN_IF_ERROR(arg_bool_opt(b, 2, false, &repl));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &repl));
   TPU_RETURN_IF_ERROR(read_seed(b, 3));
   if (self->ndim < 1 || self->ndim > 2)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "prob_dist must be 1 or 2 dim");
@@ -517,7 +506,7 @@ static tpu_status_t build_dropout(tpu_build_t* b) {
   double p;
   bool train;
   TPU_RETURN_IF_ERROR(tpu__arg_double(b, 1, &p));
-  TPU_RETURN_IF_ERROR(arg_bool_opt(b, 2, true, &train));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, true, &train));
   tpu_node_t* n = b->node;
   /* native_dropout's schema has no Generator: the entry is flagged TPU_ATEN_NEEDS_SEED,
    * so the adapter appends a seed drawn from the tpu generator as argument 3. */

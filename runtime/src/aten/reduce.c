@@ -77,30 +77,9 @@ static tpu_status_t arg_dtype_opt(tpu_build_t* b, int i, tpu_dtype_t* out) {
   return NULL;
 }
 
-/* bool and int arguments may also arrive as integral Scalars (the adapter converts any
- * IValue number that way); accept both. */
-static tpu_status_t arg_bool(tpu_build_t* b, int i, bool* out) {
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) {
-    *out = a->v.i != 0;
-    return NULL;
-  }
-  return tpu__arg_bool(b, i, out);
-}
-
 static tpu_status_t arg_keepdim(tpu_build_t* b, int i, bool* out) {
   *out = false;
-  return i < 0 || tpu__arg_is_none(b, i) ? NULL : arg_bool(b, i, out);
-}
-
-static tpu_status_t arg_dims(tpu_build_t* b, int i, const int64_t** out, int* len) {
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) {
-    *out = &a->v.i;
-    *len = 1;
-    return NULL;
-  }
-  return tpu__arg_intlist(b, i, out, len);
+  return i < 0 || tpu__arg_is_none(b, i) ? NULL : tpu__arg_bool(b, i, out);
 }
 
 static tpu_dtype_t via_for(tpu_dtype_t in, tpu_dtype_t result) {
@@ -126,7 +105,7 @@ static tpu_status_t read_dims(tpu_build_t* b, const tpu_view_t* x, int ai, bool 
   const int64_t* dims = NULL;
   int nd_list = 0;
   bool given = ai >= 0 && !tpu__arg_is_none(b, ai);
-  if (given) TPU_RETURN_IF_ERROR(arg_dims(b, ai, &dims, &nd_list));
+  if (given) TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, ai, &dims, &nd_list));
   if (!given || (nd_list == 0 && empty_all)) {
     r->mask = nd ? (uint32_t)((1u << nd) - 1) : 1u;
   } else {
@@ -358,7 +337,7 @@ static tpu_status_t build_logsumexp(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(arg_keepdim(b, 2, &keepdim));
   const int64_t* dims;
   int nd_list;
-  TPU_RETURN_IF_ERROR(arg_dims(b, 1, &dims, &nd_list));
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &dims, &nd_list));
   /* CPU reduces an empty dim list over nothing for the max and over everything for the
    * sum, and then fails to fit the result; keep the same failure */
   if (nd_list == 0 && x->ndim > 0 && !keepdim) {
@@ -520,7 +499,7 @@ static tpu_status_t build_softmax(tpu_build_t* b) {
   int64_t dim;
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 1, &dim));
   bool h2f;
-  TPU_RETURN_IF_ERROR(arg_bool(b, 2, &h2f));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 2, &h2f));
   int wd;
   TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dim, x->ndim, &wd));
   if (h2f)

@@ -1,56 +1,399 @@
 /* Elementwise kernels of the host driver: tile functions per op kind and compute dtype.
- * Inputs arrive as dense tiles in node->compute; attributes: da[0] = alpha (add/sub). */
+ * Inputs arrive as dense tiles in node->compute. Parameters: p0..p3 are da[0..3] in the
+ * float kernels and ia[0..3] in the integer ones (builders fill both). */
 #include <tgmath.h>
 
 #include "host/host.h"
 
-/* Generates name_f32/_f64/_i64 tile functions from one expression over a, b (and c). */
-#define TILE3(name, EXPR_F, EXPR_I)                                                     \
-  static void name##_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
-    float* r = o; const float* A = in[0]; const float* B = in[1]; const float* C = in[2];  \
-    float alpha = (float)nd->da[0]; (void)alpha; (void)B; (void)C;                       \
-    for (int64_t i = 0; i < n; ++i) { float a = A[i]; float b = B ? B[i] : 0; float c = C ? C[i] : 0; (void)b; (void)c; r[i] = (EXPR_F); } \
-  }                                                                                     \
-  static void name##_f64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
-    double* r = o; const double* A = in[0]; const double* B = in[1]; const double* C = in[2]; \
-    double alpha = nd->da[0]; (void)alpha;                                              \
-    for (int64_t i = 0; i < n; ++i) { double a = A[i]; double b = B ? B[i] : 0; double c = C ? C[i] : 0; (void)b; (void)c; r[i] = (EXPR_F); } \
-  }                                                                                     \
-  static void name##_i64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
-    int64_t* r = o; const int64_t* A = in[0]; const int64_t* B = in[1]; const int64_t* C = in[2]; \
-    int64_t alpha = nd->ia[0]; (void)alpha;                                             \
-    for (int64_t i = 0; i < n; ++i) { int64_t a = A[i]; int64_t b = B ? B[i] : 0; int64_t c = C ? C[i] : 0; (void)b; (void)c; r[i] = (EXPR_I); } \
-  }
+/* Integer division by zero found inside a tile. Tile functions cannot return a status,
+ * and a node's tiles all run on the calling (queue) thread, so a thread-local flag
+ * carries the fault back to the kernel, which turns it into the op's error. */
+static _Thread_local bool ew_zero_div;
 
-TILE3(add, a + alpha * b, (int64_t)((uint64_t)a + (uint64_t)alpha * (uint64_t)b))
-TILE3(sub, a - alpha * b, (int64_t)((uint64_t)a - (uint64_t)alpha * (uint64_t)b))
-TILE3(mul, a * b, (int64_t)((uint64_t)a * (uint64_t)b))
-TILE3(div, a / b, b ? a / b : 0)
-TILE3(eq, a == b, a == b)
-TILE3(ne, a != b, a != b)
-TILE3(lt, a < b, a < b)
-TILE3(le, a <= b, a <= b)
-TILE3(gt, a > b, a > b)
-TILE3(ge, a >= b, a >= b)
-TILE3(neg, -a, (int64_t)(0 - (uint64_t)a))
-TILE3(exp, exp(a), a)
-TILE3(fill, a, a)
-TILE3(where, a != 0 ? b : c, a != 0 ? b : c)
+#define TILE_BODY(T, PSRC, LOAD, EXPR)                                                    \
+  {                                                                                       \
+    T* r = o;                                                                             \
+    const T* A = in[0]; const T* B = in[1]; const T* C = in[2];                           \
+    const T p0 = (T)nd->PSRC[0], p1 = (T)nd->PSRC[1], p2 = (T)nd->PSRC[2], p3 = (T)nd->PSRC[3]; \
+    (void)A; (void)B; (void)C; (void)p0; (void)p1; (void)p2; (void)p3;                     \
+    for (int64_t i = 0; i < n; ++i) { LOAD r[i] = (EXPR); }                               \
+  }
+#define LOAD1 T a = A[i]; (void)a;
+#define LOAD2 T a = A[i]; T b = B[i]; (void)a; (void)b;
+#define LOAD3 T a = A[i]; T b = B[i]; T c = C[i]; (void)a; (void)b; (void)c;
+
+/* name_f32 / name_f64 from one floating expression; name_i64 from an integer one. */
+#define TILE_F(name, AR, EXPR)                                                            \
+  static void name##_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
+    typedef float T; TILE_BODY(float, da, LOAD##AR, EXPR)                                \
+  }                                                                                       \
+  static void name##_f64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
+    typedef double T; TILE_BODY(double, da, LOAD##AR, EXPR)                              \
+  }
+#define TILE_I(name, AR, EXPR)                                                            \
+  static void name##_i64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
+    typedef int64_t T; TILE_BODY(int64_t, ia, LOAD##AR, EXPR)                            \
+  }
+#define TILE_FI(name, AR, EXPR_F, EXPR_I) TILE_F(name, AR, EXPR_F) TILE_I(name, AR, EXPR_I)
+
+/* Wrapping integer arithmetic, as PyTorch's CPU kernels behave on overflow. */
+#define UADD(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
+#define USUB(x, y) ((int64_t)((uint64_t)(x) - (uint64_t)(y)))
+#define UMUL(x, y) ((int64_t)((uint64_t)(x) * (uint64_t)(y)))
+
+/* ---- scalar helpers ---------------------------------------------------------------- */
+
+static inline int64_t idiv_trunc(int64_t a, int64_t b) {
+  if (b == 0) { ew_zero_div = true; return 0; }
+  if (b == -1) return USUB(0, a); /* INT64_MIN / -1 traps on x86 */
+  return a / b;
+}
+static inline int64_t imod_trunc(int64_t a, int64_t b) {
+  if (b == 0) { ew_zero_div = true; return 0; }
+  if (b == -1) return 0;
+  return a % b;
+}
+static inline int64_t idiv_floor(int64_t a, int64_t b) {
+  int64_t q = idiv_trunc(a, b), r = imod_trunc(a, b);
+  return r != 0 && ((r < 0) != (b < 0)) ? q - 1 : q;
+}
+static inline int64_t imod_floor(int64_t a, int64_t b) {
+  int64_t r = imod_trunc(a, b);
+  return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+}
+static inline int64_t ipow(int64_t a, int64_t b) {
+  if (b < 0) {
+    if (a == 1) return 1;
+    if (a == -1) return (b & 1) ? -1 : 1;
+    return 0;
+  }
+  uint64_t r = 1, x = (uint64_t)a;
+  while (b) {
+    if (b & 1) r *= x;
+    x *= x;
+    b >>= 1;
+  }
+  return (int64_t)r;
+}
+
+/* Python-style floor division of floats, with the rounding fix-ups that make
+ * a == b * q + remainder hold closely, as PyTorch's div_floor does. */
+#define FDIV_FLOOR(T, SFX)                                                                \
+  static inline T fdiv_floor_##SFX(T a, T b) {                                           \
+    if (b == 0) return a / b;                                                             \
+    T m = fmod(a, b);                                                                     \
+    T d = (a - m) / b;                                                                    \
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1;                                           \
+    T q;                                                                                  \
+    if (d != 0) { q = floor(d); if (d - q > (T)0.5) q += 1; }                             \
+    else q = copysign((T)0, a / b);                                                       \
+    return q;                                                                             \
+  }                                                                                       \
+  static inline T fmod_floor_##SFX(T a, T b) {                                           \
+    T m = fmod(a, b);                                                                     \
+    if (m != 0 && ((b < 0) != (m < 0))) m += b;                                           \
+    return m;                                                                             \
+  }
+FDIV_FLOOR(float, f32)
+FDIV_FLOOR(double, f64)
+#define FDIV_FLOOR_T(a, b) (sizeof(T) == 4 ? (T)fdiv_floor_f32((float)(a), (float)(b)) : (T)fdiv_floor_f64((a), (b)))
+#define FMOD_FLOOR_T(a, b) (sizeof(T) == 4 ? (T)fmod_floor_f32((float)(a), (float)(b)) : (T)fmod_floor_f64((a), (b)))
+
+/* erfinv: a closed-form first guess (relative error ~1e-3) refined by Newton steps on
+ * erf, computed in double for both float widths. */
+static double erfinv_d(double y) {
+  if (isnan(y) || y < -1 || y > 1) return NAN;
+  if (y == 1) return INFINITY;
+  if (y == -1) return -INFINITY;
+  const double k = 0.147, two_pi_k = 2.0 / (3.14159265358979323846 * 0.147);
+  double l = log1p(-y * y);
+  double t = two_pi_k + 0.5 * l;
+  double x = sqrt(sqrt(t * t - l / k) - t);
+  x = y < 0 ? -x : x;
+  const double two_over_sqrt_pi = 1.1283791670955126;
+  for (int it = 0; it < 4; ++it) {
+    double err = erf(x) - y;
+    double dx = err / (two_over_sqrt_pi * exp(-x * x));
+    if (!isfinite(dx)) break;
+    x -= dx;
+  }
+  return x;
+}
+
+#define SIGMOID(a) ((T)1 / ((T)1 + exp(-(a))))
+#define RND(a) nearbyint(a)
+#define M_SQRT1_2_T ((T)0.70710678118654752440)
+#define GELU_BETA ((T)0.79788456080286535588) /* sqrt(2/pi) */
+#define GELU_KAPPA ((T)0.044715)
+#define INV_SQRT_2PI ((T)0.39894228040143267794)
+
+/* ---- existing arithmetic and comparisons -------------------------------------------- */
+TILE_FI(add, 2, a + p0 * b, UADD(a, UMUL(p0, b)))
+TILE_FI(sub, 2, a - p0 * b, USUB(a, UMUL(p0, b)))
+TILE_FI(rsub, 2, b - p0 * a, USUB(b, UMUL(p0, a)))
+TILE_FI(mul, 2, a * b, UMUL(a, b))
+TILE_FI(div, 2, a / b, idiv_trunc(a, b))
+TILE_FI(eq, 2, a == b, a == b)
+TILE_FI(ne, 2, a != b, a != b)
+TILE_FI(lt, 2, a < b, a < b)
+TILE_FI(le, 2, a <= b, a <= b)
+TILE_FI(gt, 2, a > b, a > b)
+TILE_FI(ge, 2, a >= b, a >= b)
+TILE_FI(neg, 1, -a, USUB(0, a))
+TILE_F(exp, 1, exp(a))
+TILE_FI(fill, 1, a, a)
+TILE_FI(where, 3, a != 0 ? b : c, a != 0 ? b : c)
+
+/* ---- unary ---------------------------------------------------------------------------- */
+TILE_FI(abs, 1, fabs(a), a < 0 ? USUB(0, a) : a)
+TILE_F(sqrt, 1, sqrt(a))
+TILE_F(rsqrt, 1, (T)1 / sqrt(a))
+TILE_F(log, 1, log(a))
+TILE_F(log1p, 1, log1p(a))
+TILE_F(log2, 1, log2(a))
+TILE_F(log10, 1, log10(a))
+TILE_F(exp2, 1, exp2(a))
+TILE_F(expm1, 1, expm1(a))
+TILE_F(sin, 1, sin(a))
+TILE_F(cos, 1, cos(a))
+TILE_F(tan, 1, tan(a))
+TILE_F(tanh, 1, tanh(a))
+TILE_F(sigmoid, 1, SIGMOID(a))
+TILE_FI(relu, 1, a > 0 ? a : (a != a ? a : 0), a > 0 ? a : 0)
+TILE_F(erf, 1, erf(a))
+TILE_F(erfinv, 1, (T)erfinv_d((double)a))
+TILE_F(reciprocal, 1, (T)1 / a)
+TILE_FI(floor, 1, floor(a), a)
+TILE_FI(ceil, 1, ceil(a), a)
+TILE_FI(round, 1, RND(a), a)
+TILE_F(round_dec, 1, nd->ia[0] > 0 ? RND(a * p0) / p0 : RND(a / p0) * p0)
+TILE_FI(trunc, 1, trunc(a), a)
+TILE_FI(sign, 1, (T)((0 < a) - (a < 0)), (0 < a) - (a < 0))
+TILE_F(frac, 1, a - trunc(a))
+TILE_F(asin, 1, asin(a))
+TILE_F(acos, 1, acos(a))
+TILE_F(atan, 1, atan(a))
+TILE_F(sinh, 1, sinh(a))
+TILE_F(cosh, 1, cosh(a))
+TILE_F(asinh, 1, asinh(a))
+TILE_F(acosh, 1, acosh(a))
+TILE_F(atanh, 1, atanh(a))
+TILE_FI(logical_not, 1, a == 0, a == 0)
+TILE_I(bitwise_not, 1, ~a)
+TILE_FI(isnan, 1, a != a, 0)
+TILE_FI(isinf, 1, isinf(a), 0)
+TILE_FI(isposinf, 1, a == (T)INFINITY, 0)
+TILE_FI(isneginf, 1, a == -(T)INFINITY, 0)
+TILE_FI(signbit, 1, signbit(a) != 0, a < 0)
+TILE_FI(nan_to_num, 1, a != a ? p0 : a == (T)INFINITY ? p1 : a == -(T)INFINITY ? p2 : a, a)
+TILE_F(gelu, 1, a * (T)0.5 * ((T)1 + erf(a * M_SQRT1_2_T)))
+TILE_F(gelu_tanh, 1, (T)0.5 * a * ((T)1 + tanh(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
+TILE_F(silu, 1, a / ((T)1 + exp(-a)))
+#define CLAMP2(x, lo, hi) ((x) < (lo) ? (lo) : (x)) > (hi) ? (hi) : ((x) < (lo) ? (lo) : (x))
+TILE_FI(hardtanh, 1, (CLAMP2(a, p0, p1)), (CLAMP2(a, p0, p1)))
+TILE_F(leaky_relu, 1, a > 0 ? a : a * p0)
+TILE_F(elu, 1, a <= 0 ? (exp(a * p2) - (T)1) * p0 * p1 : a * p1)
+TILE_F(softplus, 1, a * p0 > p1 ? a : log1p(exp(a * p0)) / p0)
+/* relu6(x + 3), NaN-propagating like PyTorch's min/max */
+#define RELU6_3(x) ((x) + (T)3 < 0 ? (T)0 : (x) + (T)3 > (T)6 ? (T)6 : (x) + (T)3)
+TILE_F(hardsigmoid, 1, RELU6_3(a) / (T)6)
+TILE_F(hardswish, 1, a * RELU6_3(a) / (T)6)
+TILE_F(mish, 1, a * tanh(log1p(exp(a))))
+TILE_F(logit, 1, p0 < 0 ? log(a / ((T)1 - a))
+                        : log((a < p0 ? p0 : a > (T)1 - p0 ? (T)1 - p0 : a) /
+                              ((T)1 - (a < p0 ? p0 : a > (T)1 - p0 ? (T)1 - p0 : a))))
+TILE_FI(threshold, 1, a <= p0 ? p1 : a, a <= p0 ? p1 : a)
+
+/* ---- binary ---------------------------------------------------------------------------- */
+TILE_FI(pow, 2, pow(a, b), ipow(a, b))
+TILE_FI(div_trunc, 2, trunc(a / b), idiv_trunc(a, b))
+TILE_FI(div_floor, 2, FDIV_FLOOR_T(a, b), idiv_floor(a, b))
+TILE_FI(maximum, 2, a != a ? a : b != b ? b : a > b ? a : b, a > b ? a : b)
+TILE_FI(minimum, 2, a != a ? a : b != b ? b : a < b ? a : b, a < b ? a : b)
+TILE_FI(fmax, 2, fmax(a, b), a > b ? a : b)
+TILE_FI(fmin, 2, fmin(a, b), a < b ? a : b)
+TILE_F(atan2, 2, atan2(a, b))
+TILE_FI(remainder, 2, FMOD_FLOOR_T(a, b), imod_floor(a, b))
+TILE_FI(fmod, 2, fmod(a, b), imod_trunc(a, b))
+TILE_I(bitwise_and, 2, a & b)
+TILE_I(bitwise_or, 2, a | b)
+TILE_I(bitwise_xor, 2, a ^ b)
+TILE_FI(logical_and, 2, a != 0 && b != 0, a != 0 && b != 0)
+TILE_FI(logical_or, 2, a != 0 || b != 0, a != 0 || b != 0)
+TILE_FI(logical_xor, 2, (a != 0) != (b != 0), (a != 0) != (b != 0))
+TILE_F(hypot, 2, hypot(a, b))
+TILE_F(copysign, 2, copysign(a, b))
+TILE_F(xlogy, 2, b != b ? b : a == 0 ? (T)0 : a * log(b))
+
+/* ---- ternary ---------------------------------------------------------------------------- */
+TILE_FI(addcmul, 3, a + p0 * b * c, UADD(a, UMUL(p0, UMUL(b, c))))
+TILE_F(addcdiv, 3, a + p0 * (b / c))
+TILE_F(lerp, 3, fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * ((T)1 - c))
+
+/* clamp: in[1] and in[2] are the bounds that were given (ia[1] has min, ia[2] has max).
+ * A NaN bound makes the result NaN, as in PyTorch. */
+#define CLAMP_BODY(T, ISNAN)                                                             \
+  {                                                                                       \
+    T* r = o;                                                                             \
+    const T* x = in[0];                                                                   \
+    const T* lo = nd->ia[1] ? (const T*)in[1] : NULL;                                     \
+    const T* hi = nd->ia[2] ? (const T*)in[1 + (nd->ia[1] != 0)] : NULL;                  \
+    if (lo && hi) {                                                                       \
+      for (int64_t i = 0; i < n; ++i) {                                                   \
+        T v = x[i] < lo[i] || ISNAN(lo[i]) ? lo[i] : x[i];                                \
+        r[i] = v > hi[i] || ISNAN(hi[i]) ? hi[i] : v;                                     \
+      }                                                                                   \
+    } else if (lo) {                                                                      \
+      for (int64_t i = 0; i < n; ++i) r[i] = x[i] < lo[i] || ISNAN(lo[i]) ? lo[i] : x[i]; \
+    } else {                                                                              \
+      for (int64_t i = 0; i < n; ++i) r[i] = x[i] > hi[i] || ISNAN(hi[i]) ? hi[i] : x[i]; \
+    }                                                                                     \
+  }
+#define FNAN(v) ((v) != (v))
+#define NONAN(v) 0
+static void clamp_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(float, FNAN)
+static void clamp_f64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(double, FNAN)
+static void clamp_i64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(int64_t, NONAN)
+
+/* ---- activation backward: a = grad_output, b = self (or result) ----------------------- */
+TILE_FI(threshold_bw, 2, b <= p0 ? (T)0 : a, b <= p0 ? 0 : a)
+TILE_F(gelu_bw, 2, a * ((T)0.5 * ((T)1 + erf(b * M_SQRT1_2_T)) + b * INV_SQRT_2PI * exp((T)-0.5 * b * b)))
+TILE_F(gelu_tanh_bw, 2,
+       a * ((T)0.5 * ((T)1 + tanh(GELU_BETA * (b + GELU_KAPPA * b * b * b))) +
+            (T)0.5 * b * ((T)1 - tanh(GELU_BETA * (b + GELU_KAPPA * b * b * b)) *
+                                     tanh(GELU_BETA * (b + GELU_KAPPA * b * b * b))) *
+                GELU_BETA * ((T)1 + (T)3 * GELU_KAPPA * b * b)))
+TILE_F(silu_bw, 2, a * SIGMOID(b) * ((T)1 + b * ((T)1 - SIGMOID(b))))
+TILE_F(sigmoid_bw, 2, a * ((T)1 - b) * b)
+TILE_F(tanh_bw, 2, a * ((T)1 - b * b))
+TILE_F(hardtanh_bw, 2, b <= p0 || b >= p1 ? (T)0 : a)
+TILE_F(leaky_relu_bw, 2, b > 0 ? a : a * p0)
+TILE_F(elu_bw, 2,
+       nd->ia[3] ? (b <= 0 ? a * p2 * (b + p0 * p1) : a * p1)
+                 : (b <= 0 ? a * p2 * p0 * p1 * exp(b * p2) : a * p1))
+TILE_F(softplus_bw, 2, b * p0 > p1 ? a : a * exp(b * p0) / (exp(b * p0) + (T)1))
+/* PyTorch scales by the float constant 1/6 also for double; matched on purpose */
+TILE_F(hardsigmoid_bw, 2, b > (T)-3 && b < (T)3 ? a * (T)(1.0f / 6.0f) : (T)0)
+TILE_F(hardswish_bw, 2, b < (T)-3 ? (T)0 : b <= (T)3 ? a * (b / (T)3 + (T)0.5) : a)
+TILE_F(logit_bw, 2,
+       p0 < 0 ? (b < 0 || b > 1 ? (T)NAN : a / (b * ((T)1 - b)))
+              : (b < p0 || b > (T)1 - p0 ? (T)0 : a / (b * ((T)1 - b))))
+
+/* ---- more unary / binary ---------------------------------------------------------------- */
+/* lgamma_r: plain lgamma writes the global signgam, racy across queue threads. */
+static inline float lgamma_f(float x) { int s; return lgammaf_r(x, &s); }
+static inline double lgamma_d(double x) { int s; return lgamma_r(x, &s); }
+#define LGAMMA_T(x) (sizeof(T) == 4 ? (T)lgamma_f((float)(x)) : (T)lgamma_d((double)(x)))
+#define PI_T ((T)3.14159265358979323846)
+#define LN2_T ((T)0.69314718055994530942)
+TILE_F(erfc, 1, erfc(a))
+TILE_F(lgamma, 1, LGAMMA_T(a))
+TILE_F(sinc, 1, a == 0 ? (T)1 : sin(PI_T * a) / (PI_T * a))
+TILE_F(scale, 1, a * p0)
+TILE_F(logaddexp, 2, isinf(a) && a == b ? a : fmax(a, b) + log1p(exp(-fabs(a - b))))
+TILE_F(logaddexp2, 2, isinf(a) && a == b ? a : fmax(a, b) + log1p(exp2(-fabs(a - b))) / LN2_T)
+TILE_FI(heaviside, 2, a == 0 ? b : (T)(a > 0), a == 0 ? b : a > 0)
+TILE_F(hardshrink, 1, a >= -p0 && a <= p0 ? (T)0 : a)
+TILE_F(softshrink, 1, a > p0 ? a - p0 : a < -p0 ? a + p0 : (T)0)
+TILE_F(shrink_bw, 2, b >= -p0 && b <= p0 ? (T)0 : a)
+TILE_F(log_sigmoid, 1, fmin(a, (T)0) - log1p(exp(-fabs(a))))
+TILE_F(log_sigmoid_buf, 1, exp(-fabs(a)))
+TILE_F(log_sigmoid_bw, 3, a * ((b < 0 ? (T)1 : (T)0) - (b < 0 ? (T)1 : (T)-1) * (c / ((T)1 + c))))
+/* Shifts past the width give 0 (left) or the sign fill (right), as PyTorch defines. */
+TILE_I(lshift, 2, b < 0 || b >= 64 ? 0 : (int64_t)((uint64_t)a << b))
+TILE_I(rshift, 2, b < 0 || b >= 64 ? a >> 63 : a >> b)
+
+/* ---- registration -------------------------------------------------------------------- */
 
 typedef struct { tpu_tile_fn f32, f64, i64; } tiles_t;
 static tiles_t tiles[TPU_KIND_COUNT];
 
+#define EW_IA_RESULT (TPU_NODE_NUM_IATTR - 1) /* the builders' result dtype slot */
+
+/* f32 tile, then rounded through the f16/bf16 result dtype (the out= tensor is wider). */
+static void f32_round_f16(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
+  tiles[nd->kind].f32(n, o, in, nd);
+  float* r = o;
+  for (int64_t i = 0; i < n; ++i) r[i] = (float)(_Float16)r[i];
+}
+static void f32_round_bf16(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
+  tiles[nd->kind].f32(n, o, in, nd);
+  float* r = o;
+  for (int64_t i = 0; i < n; ++i) r[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(r[i]));
+}
+
 static tpu_status_t run_tiles(tpu_node_t* n) {
   const tiles_t* t = &tiles[n->kind];
-  tpu_tile_fn fn = n->compute == TPU_DTYPE_F32 ? t->f32 : n->compute == TPU_DTYPE_F64 ? t->f64 : t->i64;
+  tpu_tile_fn fn = n->compute == TPU_DTYPE_F32 ? t->f32 : n->compute == TPU_DTYPE_F64 ? t->f64
+                 : n->compute == TPU_DTYPE_I64 ? t->i64 : NULL;
   if (!fn) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: no host kernel for %s",
                                   tpu__node_describe(n), tpu_dtype_name(n->compute));
+  tpu_dtype_t result = (tpu_dtype_t)n->ia[EW_IA_RESULT];
+  if (n->compute == TPU_DTYPE_F32 && n->out[0].dtype != result) {
+    if (result == TPU_DTYPE_F16) fn = f32_round_f16;
+    else if (result == TPU_DTYPE_BF16) fn = f32_round_bf16;
+  }
   return tpu__tile_run(n, n->compute, fn);
 }
 
-#define REG(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, name##_i64}; table[TPU_KIND_##K] = run_tiles;
+/* Integer division kinds: a zero divisor is the op's error (PyTorch raises
+ * "ZeroDivisionError" as a RuntimeError). */
+static tpu_status_t run_tiles_div(tpu_node_t* n) {
+  ew_zero_div = false;
+  tpu_status_t st = run_tiles(n);
+  if (!st && ew_zero_div) st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: ZeroDivisionError", tpu__node_describe(n));
+  ew_zero_div = false;
+  return st;
+}
+
+static tpu_status_t run_log_sigmoid(tpu_node_t* n) {
+  tpu_tile_fn f = n->compute == TPU_DTYPE_F64 ? log_sigmoid_f64 : log_sigmoid_f32;
+  tpu_tile_fn g = n->compute == TPU_DTYPE_F64 ? log_sigmoid_buf_f64 : log_sigmoid_buf_f32;
+  const tpu_operand_t* ins[1] = {&n->in[0]};
+  TPU_RETURN_IF_ERROR(tpu__tile_run_ops(n, &n->out[0], ins, 1, n->compute, f));
+  return tpu__tile_run_ops(n, &n->out[1], ins, 1, n->compute, g);
+}
+
+#define REG_FI(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, name##_i64}; table[TPU_KIND_##K] = run_tiles;
+#define REG_F(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, NULL}; table[TPU_KIND_##K] = run_tiles;
+#define REG_I(K, name) tiles[TPU_KIND_##K] = (tiles_t){NULL, NULL, name##_i64}; table[TPU_KIND_##K] = run_tiles;
+#define REG_DIV(K, name) REG_FI(K, name) table[TPU_KIND_##K] = run_tiles_div;
 
 void tpu__host_register_elementwise(tpu_host_kernel_fn* table) {
-  REG(ADD, add) REG(SUB, sub) REG(MUL, mul) REG(DIV, div) REG(EQ, eq) REG(NE, ne) REG(LT, lt)
-  REG(LE, le) REG(GT, gt) REG(GE, ge) REG(NEG, neg) REG(EXP, exp) REG(FILL, fill) REG(WHERE, where)
+  REG_FI(ADD, add) REG_FI(SUB, sub) REG_FI(MUL, mul) REG_DIV(DIV, div) REG_FI(EQ, eq) REG_FI(NE, ne)
+  REG_FI(LT, lt) REG_FI(LE, le) REG_FI(GT, gt) REG_FI(GE, ge) REG_FI(NEG, neg) REG_F(EXP, exp)
+  REG_FI(FILL, fill) REG_FI(WHERE, where)
+  REG_FI(EW_ABS, abs) REG_F(EW_SQRT, sqrt) REG_F(EW_RSQRT, rsqrt) REG_F(EW_LOG, log)
+  REG_F(EW_LOG1P, log1p) REG_F(EW_LOG2, log2) REG_F(EW_LOG10, log10) REG_F(EW_EXP2, exp2)
+  REG_F(EW_EXPM1, expm1) REG_F(EW_SIN, sin) REG_F(EW_COS, cos) REG_F(EW_TAN, tan)
+  REG_F(EW_TANH, tanh) REG_F(EW_SIGMOID, sigmoid) REG_FI(EW_RELU, relu) REG_F(EW_ERF, erf)
+  REG_F(EW_ERFINV, erfinv) REG_F(EW_RECIPROCAL, reciprocal) REG_FI(EW_FLOOR, floor)
+  REG_FI(EW_CEIL, ceil) REG_FI(EW_ROUND, round) REG_F(EW_ROUND_DEC, round_dec)
+  REG_FI(EW_TRUNC, trunc) REG_FI(EW_SIGN, sign) REG_F(EW_FRAC, frac) REG_F(EW_ASIN, asin)
+  REG_F(EW_ACOS, acos) REG_F(EW_ATAN, atan) REG_F(EW_SINH, sinh) REG_F(EW_COSH, cosh)
+  REG_F(EW_ASINH, asinh) REG_F(EW_ACOSH, acosh) REG_F(EW_ATANH, atanh)
+  REG_FI(EW_LOGICAL_NOT, logical_not) REG_I(EW_BITWISE_NOT, bitwise_not) REG_FI(EW_ISNAN, isnan)
+  REG_FI(EW_ISINF, isinf) REG_FI(EW_ISPOSINF, isposinf) REG_FI(EW_ISNEGINF, isneginf)
+  REG_FI(EW_SIGNBIT, signbit) REG_FI(EW_NAN_TO_NUM, nan_to_num) REG_F(EW_GELU, gelu)
+  REG_F(EW_GELU_TANH, gelu_tanh) REG_F(EW_SILU, silu) REG_FI(EW_HARDTANH, hardtanh)
+  REG_F(EW_LEAKY_RELU, leaky_relu) REG_F(EW_ELU, elu) REG_F(EW_SOFTPLUS, softplus)
+  REG_F(EW_HARDSIGMOID, hardsigmoid) REG_F(EW_HARDSWISH, hardswish) REG_F(EW_MISH, mish)
+  REG_F(EW_LOGIT, logit) REG_FI(EW_THRESHOLD, threshold)
+  REG_FI(EW_POW, pow) REG_DIV(EW_DIV_TRUNC, div_trunc) REG_DIV(EW_DIV_FLOOR, div_floor)
+  REG_FI(EW_MAXIMUM, maximum) REG_FI(EW_MINIMUM, minimum) REG_FI(EW_FMAX, fmax) REG_FI(EW_FMIN, fmin)
+  REG_F(EW_ATAN2, atan2) REG_DIV(EW_REMAINDER, remainder) REG_DIV(EW_FMOD, fmod)
+  REG_I(EW_BITWISE_AND, bitwise_and) REG_I(EW_BITWISE_OR, bitwise_or) REG_I(EW_BITWISE_XOR, bitwise_xor)
+  REG_FI(EW_LOGICAL_AND, logical_and) REG_FI(EW_LOGICAL_OR, logical_or) REG_FI(EW_LOGICAL_XOR, logical_xor)
+  REG_F(EW_HYPOT, hypot) REG_F(EW_COPYSIGN, copysign) REG_F(EW_XLOGY, xlogy) REG_FI(EW_RSUB, rsub)
+  REG_FI(EW_ADDCMUL, addcmul) REG_F(EW_ADDCDIV, addcdiv) REG_F(EW_LERP, lerp) REG_FI(EW_CLAMP, clamp)
+  REG_FI(EW_THRESHOLD_BW, threshold_bw) REG_F(EW_GELU_BW, gelu_bw) REG_F(EW_GELU_TANH_BW, gelu_tanh_bw)
+  REG_F(EW_SILU_BW, silu_bw) REG_F(EW_SIGMOID_BW, sigmoid_bw) REG_F(EW_TANH_BW, tanh_bw)
+  REG_F(EW_HARDTANH_BW, hardtanh_bw) REG_F(EW_LEAKY_RELU_BW, leaky_relu_bw) REG_F(EW_ELU_BW, elu_bw)
+  REG_F(EW_SOFTPLUS_BW, softplus_bw) REG_F(EW_HARDSIGMOID_BW, hardsigmoid_bw)
+  REG_F(EW_HARDSWISH_BW, hardswish_bw) REG_F(EW_LOGIT_BW, logit_bw)
+  REG_F(EW_ERFC, erfc) REG_F(EW_LGAMMA, lgamma) REG_F(EW_SINC, sinc) REG_F(EW_SCALE, scale)
+  REG_F(EW_LOGADDEXP, logaddexp) REG_F(EW_LOGADDEXP2, logaddexp2) REG_FI(EW_HEAVISIDE, heaviside)
+  REG_F(EW_HARDSHRINK, hardshrink) REG_F(EW_SOFTSHRINK, softshrink) REG_F(EW_SHRINK_BW, shrink_bw)
+  REG_F(EW_LOG_SIGMOID_BW, log_sigmoid_bw) REG_I(EW_LSHIFT, lshift) REG_I(EW_RSHIFT, rshift)
+  table[TPU_KIND_EW_LOG_SIGMOID] = run_log_sigmoid;
 }

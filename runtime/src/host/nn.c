@@ -1,4 +1,633 @@
-/* Host kernels of the nn family. */
+/* Host kernels of the nn family.
+ *
+ * Normalizations and losses pack their operands into float64 scratch and accumulate in
+ * float64, then round once on store: for f32/bf16/f16 this is at least as accurate as
+ * ATen's float32 accumulation, at the cost of twice the scratch. Attention uses the
+ * compute dtype (f32, or f64 for f64) because its cost is in GEMMs. */
+#include <math.h>
+
+#include <cblas.h>
+
 #include "host/host.h"
 
-void tpu__host_register_nn(tpu_host_kernel_fn* table) { (void)table; }
+static int64_t prod(const int64_t* s, int from, int to) {
+  int64_t n = 1;
+  for (int i = from; i < to; ++i) n *= s[i];
+  return n;
+}
+
+/* Element count for scratch sizing: never 0, so malloc(0) never reads as failure. */
+static size_t cnt1(int64_t n) { return n > 0 ? (size_t)n : 1; }
+
+static bool present(const tpu_operand_t* op) { return op->value || op->is_scalar; }
+
+/* A view of op broadcast to shape (stride 0 along broadcast dims). */
+static tpu_operand_t expand(const tpu_operand_t* op, int nd, const int64_t* shape) {
+  tpu_operand_t e = *op;
+  e.ndim = nd;
+  for (int d = 0; d < nd; ++d) {
+    int sd = d - (nd - (op->is_scalar ? 0 : op->ndim));
+    e.sizes[d] = shape[d];
+    e.strides[d] = (!op->is_scalar && sd >= 0 && op->sizes[sd] != 1) ? op->strides[sd] : 0;
+  }
+  return e;
+}
+
+static void* pack_expanded(const tpu_operand_t* op, int nd, const int64_t* shape, tpu_dtype_t dt) {
+  tpu_operand_t e = expand(op, nd, shape);
+  return tpu__pack_alloc(&e, dt);
+}
+
+/* Frees up to 8 scratch buffers (NULL entries are fine). */
+static void free_all(void** p, int n) {
+  for (int i = 0; i < n; ++i) tpu__free(p[i]);
+}
+
+/* ---- layer norm ------------------------------------------------------------------- */
+
+/* Row access to an operand seen as (m, k) rows: a contiguous operand is converted one row
+ * at a time (scratch stays O(k)); any other layout is packed or unpacked whole. */
+typedef struct rows_s {
+  tpu_operand_t* op;
+  double* full; /* whole tensor in f64 when op is not contiguous */
+  int64_t k;
+} rows_t;
+
+static bool rows_open(rows_t* r, tpu_operand_t* op, int64_t m, int64_t k, bool input) {
+  r->op = op;
+  r->k = k;
+  r->full = NULL;
+  if (tpu__operand_is_contiguous(op)) return true;
+  r->full = input ? tpu__pack_alloc(op, TPU_DTYPE_F64) : tpu__malloc(sizeof(double) * cnt1(m * k));
+  return r->full != NULL;
+}
+
+static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
+  if (r->full) return r->full + i * r->k;
+  size_t esz = tpu_dtype_size(r->op->dtype);
+  tpu__convert_run(buf, TPU_DTYPE_F64, 1, tpu__operand_ptr(r->op) + i * r->k * (int64_t)esz, r->op->dtype, 1, r->k);
+  return buf;
+}
+
+static void rows_put(rows_t* r, int64_t i, const double* row) {
+  if (r->full) { memcpy(r->full + i * r->k, row, sizeof(double) * (size_t)r->k); return; }
+  size_t esz = tpu_dtype_size(r->op->dtype);
+  tpu__convert_run(tpu__operand_ptr(r->op) + i * r->k * (int64_t)esz, r->op->dtype, 1, row, TPU_DTYPE_F64, 1, r->k);
+}
+
+static void rows_close(rows_t* r, bool output) {
+  if (r->full && output) tpu__unpack(r->op, r->full, TPU_DTYPE_F64);
+  tpu__free(r->full);
+  r->full = NULL;
+}
+
+static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
+  tpu_operand_t* x = &n->in[0];
+  int axis = (int)n->ia[0];
+  int64_t m = prod(x->sizes, 0, axis), k = prod(x->sizes, axis, x->ndim);
+  double eps = n->da[0];
+  rows_t rx = {0}, ry = {0};
+  void* buf[6] = {0};
+  double* w = present(&n->in[1]) ? (buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
+  double* bb = present(&n->in[2]) ? (buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
+  double* xrow = buf[2] = tpu__malloc(sizeof(double) * cnt1(k));
+  double* yrow = buf[3] = tpu__malloc(sizeof(double) * cnt1(k));
+  double* mu = buf[4] = tpu__malloc(sizeof(double) * cnt1(m));
+  double* rs = buf[5] = tpu__malloc(sizeof(double) * cnt1(m));
+  bool ok = rows_open(&rx, x, m, k, true) && rows_open(&ry, &n->out[0], m, k, false);
+  if (!ok || (present(&n->in[1]) && !w) || (present(&n->in[2]) && !bb) || !xrow || !yrow || !mu || !rs) {
+    rows_close(&rx, false);
+    rows_close(&ry, false);
+    free_all(buf, 6);
+    return TPU_HOST_NOMEM();
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    const double* xr = rows_get(&rx, r, xrow);
+    double s = 0, v = 0;
+    for (int64_t j = 0; j < k; ++j) s += xr[j];
+    double mean = s / (double)k;
+    for (int64_t j = 0; j < k; ++j) v += (xr[j] - mean) * (xr[j] - mean);
+    double var = v / (double)k;
+    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + eps);
+    mu[r] = mean;
+    rs[r] = rstd;
+    for (int64_t j = 0; j < k; ++j) {
+      double t = (xr[j] - mean) * rstd;
+      if (w) t *= w[j];
+      if (bb) t += bb[j];
+      yrow[j] = t;
+    }
+    rows_put(&ry, r, yrow);
+  }
+  rows_close(&rx, false);
+  rows_close(&ry, true);
+  tpu__unpack(&n->out[1], mu, TPU_DTYPE_F64);
+  tpu__unpack(&n->out[2], rs, TPU_DTYPE_F64);
+  free_all(buf, 6);
+  return NULL;
+}
+
+/* dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w, from the saved
+ * mean/rstd (not recomputed), as ATen's backward does. */
+static tpu_status_t layer_norm_backward_kernel(tpu_node_t* n) {
+  tpu_operand_t* x = &n->in[1];
+  int axis = (int)n->ia[0];
+  bool want_dx = !tpu__output_absent(&n->out[0]), want_dw = !tpu__output_absent(&n->out[1]),
+       want_db = !tpu__output_absent(&n->out[2]);
+  int64_t m = prod(x->sizes, 0, axis), k = prod(x->sizes, axis, x->ndim);
+  bool has_w = present(&n->in[4]);
+  rows_t rdy = {0}, rx = {0}, rdx = {0};
+  void* buf[8] = {0};
+  double* mu = buf[0] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
+  double* rs = buf[1] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
+  double* w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
+  double* dyrow = buf[3] = tpu__malloc(sizeof(double) * cnt1(k));
+  double* xrow = buf[4] = tpu__malloc(sizeof(double) * cnt1(k));
+  double* dxrow = buf[5] = tpu__malloc(sizeof(double) * cnt1(k));
+  double* dw = buf[6] = tpu__calloc(cnt1(k), sizeof(double));
+  double* db = buf[7] = tpu__calloc(cnt1(k), sizeof(double));
+  bool ok = rows_open(&rdy, &n->in[0], m, k, true) && rows_open(&rx, x, m, k, true) &&
+            (!want_dx || rows_open(&rdx, &n->out[0], m, k, false));
+  if (!ok || !mu || !rs || (has_w && !w) || !dyrow || !xrow || !dxrow || !dw || !db) {
+    rows_close(&rdy, false);
+    rows_close(&rx, false);
+    rows_close(&rdx, false);
+    free_all(buf, 8);
+    return TPU_HOST_NOMEM();
+  }
+  for (int64_t r = 0; r < m; ++r) {
+    const double* dyr = rows_get(&rdy, r, dyrow);
+    const double* xr = rows_get(&rx, r, xrow);
+    double mean = mu[r], rstd = rs[r], sg = 0, sgx = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      double xh = (xr[j] - mean) * rstd;
+      double g = dyr[j] * (w ? w[j] : 1.0);
+      sg += g;
+      sgx += g * xh;
+      dw[j] += dyr[j] * xh;
+      db[j] += dyr[j];
+    }
+    if (!want_dx) continue;
+    sg /= (double)k;
+    sgx /= (double)k;
+    for (int64_t j = 0; j < k; ++j) {
+      double xh = (xr[j] - mean) * rstd;
+      dxrow[j] = rstd * (dyr[j] * (w ? w[j] : 1.0) - sg - xh * sgx);
+    }
+    rows_put(&rdx, r, dxrow);
+  }
+  rows_close(&rdy, false);
+  rows_close(&rx, false);
+  if (want_dx) rows_close(&rdx, true);
+  if (want_dw) tpu__unpack(&n->out[1], dw, TPU_DTYPE_F64);
+  if (want_db) tpu__unpack(&n->out[2], db, TPU_DTYPE_F64);
+  free_all(buf, 8);
+  return NULL;
+}
+
+/* ---- embedding -------------------------------------------------------------------- */
+
+static tpu_status_t index_error(const tpu_node_t* n) {
+  return tpu_status_make(TPU_INDEX_ERROR, "%s: index out of range in self", tpu__node_describe(n));
+}
+
+/* Gathers rows straight from the (strided) weight, so the table itself is never packed. */
+static tpu_status_t embedding_kernel(tpu_node_t* n) {
+  const tpu_operand_t* w = &n->in[0];
+  int64_t ni = tpu__operand_numel(&n->in[1]), rows = w->sizes[0], d = w->sizes[1];
+  size_t esz = tpu_dtype_size(w->dtype);
+  int64_t* idx = tpu__pack_alloc(&n->in[1], TPU_DTYPE_I64);
+  uint64_t nbytes;
+  if (!tpu__mul_ok((uint64_t)(ni * d), esz, &nbytes)) nbytes = UINT64_MAX;
+  char* dense = nbytes == UINT64_MAX ? NULL : tpu__malloc(nbytes ? nbytes : 1);
+  if (!idx || !dense) {
+    tpu__free(idx);
+    tpu__free(dense);
+    return TPU_HOST_NOMEM();
+  }
+  tpu_status_t st = NULL;
+  const char* base = tpu__operand_ptr(w);
+  for (int64_t i = 0; i < ni; ++i) {
+    int64_t r = idx[i];
+    if (r < 0 || r >= rows) { st = index_error(n); break; }
+    tpu__convert_run(dense + (size_t)(i * d) * esz, w->dtype, 1, base + r * w->strides[0] * (int64_t)esz,
+                     w->dtype, w->strides[1], d);
+  }
+  if (!st) tpu__unpack(&n->out[0], dense, w->dtype);
+  tpu__free(idx);
+  tpu__free(dense);
+  return st;
+}
+
+/* Sums grad rows into their weight rows; padding_idx rows get nothing and, with
+ * scale_grad_by_freq, each contribution is divided by its index's frequency. Integer
+ * grads accumulate in int64, all others in float64. */
+static tpu_status_t embedding_backward_kernel(tpu_node_t* n) {
+  int64_t nw = n->ia[0], pad = n->ia[1];
+  bool scale = n->ia[2];
+  int64_t ni = tpu__operand_numel(&n->in[1]);
+  int64_t d = n->out[0].sizes[1];
+  bool integral = n->compute == TPU_DTYPE_I64;
+  tpu_dtype_t acc_dt = integral ? TPU_DTYPE_I64 : TPU_DTYPE_F64;
+  void* buf[4] = {0};
+  int64_t* idx = buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_I64);
+  void* g = buf[1] = tpu__pack_alloc(&n->in[0], acc_dt);
+  void* acc = buf[2] = tpu__calloc(cnt1(nw * d), 8);
+  int64_t* cnt = scale ? (buf[3] = tpu__calloc(cnt1(nw), sizeof(int64_t))) : NULL;
+  if (!idx || !g || !acc || (scale && !cnt)) {
+    free_all(buf, 4);
+    return TPU_HOST_NOMEM();
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    if (idx[i] < 0 || idx[i] >= nw) {
+      free_all(buf, 4);
+      return index_error(n);
+    }
+    if (cnt) ++cnt[idx[i]];
+  }
+  for (int64_t i = 0; i < ni; ++i) {
+    int64_t r = idx[i];
+    if (r == pad) continue;
+    if (integral) {
+      int64_t* a = (int64_t*)acc + r * d;
+      const int64_t* gr = (const int64_t*)g + i * d;
+      for (int64_t j = 0; j < d; ++j) a[j] += cnt ? gr[j] / cnt[r] : gr[j];
+    } else {
+      double* a = (double*)acc + r * d;
+      const double* gr = (const double*)g + i * d;
+      double f = cnt ? 1.0 / (double)cnt[r] : 1.0;
+      for (int64_t j = 0; j < d; ++j) a[j] += gr[j] * f;
+    }
+  }
+  tpu__unpack(&n->out[0], acc, acc_dt);
+  free_all(buf, 4);
+  return NULL;
+}
+
+/* ---- nll loss --------------------------------------------------------------------- */
+
+static tpu_status_t target_error(const tpu_node_t* n, int64_t t) {
+  return tpu_status_make(TPU_INDEX_ERROR, "%s: Target %lld is out of bounds.", tpu__node_describe(n), (long long)t);
+}
+
+/* self is (N, C, P): P = 1 for nll_loss, H*W for nll_loss2d. */
+static tpu_status_t nll_kernel(tpu_node_t* n) {
+  int64_t red = n->ia[0], ignore = n->ia[1], N = n->ia[2], C = n->ia[3], P = n->ia[4];
+  bool has_w = present(&n->in[2]);
+  void* buf[4] = {0};
+  double* x = buf[0] = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  int64_t* t = buf[1] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_I64);
+  double* w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
+  double* out = buf[3] = tpu__malloc(sizeof(double) * cnt1(N * P));
+  if (!x || !t || (has_w && !w) || !out) {
+    free_all(buf, 4);
+    return TPU_HOST_NOMEM();
+  }
+  double sum = 0, tw = 0;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t p = 0; p < P; ++p) {
+      int64_t c = t[i * P + p];
+      double l = 0;
+      if (c != ignore) {
+        if (c < 0 || c >= C) {
+          free_all(buf, 4);
+          return target_error(n, c);
+        }
+        double wc = w ? w[c] : 1.0;
+        l = -wc * x[(i * C + c) * P + p];
+        tw += wc;
+        sum += l;
+      }
+      out[i * P + p] = l;
+    }
+  double total = 0;
+  if (red == 0) {
+    tpu__unpack(&n->out[0], out, TPU_DTYPE_F64);
+  } else {
+    double r = red == 1 ? sum / tw : sum;
+    tpu__unpack(&n->out[0], &r, TPU_DTYPE_F64);
+    total = tw;
+  }
+  tpu__unpack(&n->out[1], &total, TPU_DTYPE_F64);
+  free_all(buf, 4);
+  return NULL;
+}
+
+static tpu_status_t nll_backward_kernel(tpu_node_t* n) {
+  int64_t red = n->ia[0], ignore = n->ia[1], N = n->ia[2], C = n->ia[3], P = n->ia[4];
+  bool has_w = present(&n->in[2]);
+  void* buf[5] = {0};
+  double* go = buf[0] = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  int64_t* t = buf[1] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_I64);
+  double* w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
+  double* tw = buf[3] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
+  double* gi = buf[4] = tpu__calloc(cnt1(N * C * P), sizeof(double));
+  if (!go || !t || (has_w && !w) || !tw || !gi) {
+    free_all(buf, 5);
+    return TPU_HOST_NOMEM();
+  }
+  bool per_elem = red == 0 && tpu__operand_numel(&n->in[0]) == N * P && n->out[0].ndim > 1;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t p = 0; p < P; ++p) {
+      int64_t c = t[i * P + p];
+      if (c == ignore) continue;
+      if (c < 0 || c >= C) {
+        free_all(buf, 5);
+        return target_error(n, c);
+      }
+      double g = per_elem ? go[i * P + p] : go[0];
+      if (red == 1) g /= tw[0];
+      gi[(i * C + c) * P + p] = -(w ? w[c] : 1.0) * g;
+    }
+  tpu__unpack(&n->out[0], gi, TPU_DTYPE_F64);
+  free_all(buf, 5);
+  return NULL;
+}
+
+/* ---- fused attention -------------------------------------------------------------- */
+
+typedef struct sdpa_dims_s {
+  int64_t B, H, Hk, L, S, E, Ev;
+} sdpa_dims_t;
+
+static sdpa_dims_t sdpa_dims(const tpu_node_t* n, int qi) {
+  const tpu_operand_t *q = &n->in[qi], *k = &n->in[qi + 1], *v = &n->in[qi + 2];
+  sdpa_dims_t d = {q->sizes[0], q->sizes[1], k->sizes[1], q->sizes[2], k->sizes[2], q->sizes[3], v->sizes[3]};
+  return d;
+}
+
+/* The (b, h) slice of the bias broadcast to (B, H, L, S), as an L x S operand. */
+static tpu_operand_t bias_slice(const tpu_operand_t* bias, const sdpa_dims_t* d, int64_t b, int64_t h) {
+  int64_t full[4] = {d->B, d->H, d->L, d->S};
+  tpu_operand_t e = expand(bias, 4, full);
+  e.offset += b * e.strides[0] + h * e.strides[1];
+  e.ndim = 2;
+  e.sizes[0] = d->L; e.sizes[1] = d->S;
+  e.strides[0] = e.strides[2]; e.strides[1] = e.strides[3];
+  return e;
+}
+
+static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
+
+/* One template per compute dtype: T is the element type, G the BLAS gemm, EXP/LOG the
+ * libm functions of T's precision. */
+#define SDPA_DEFINE(T, SFX, G, CDT, EXP, LOG)                                                          \
+  static void gemm_##SFX(bool ta, bool tb, int64_t m, int64_t nn, int64_t k, T alpha,          \
+                         const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,       \
+                         int64_t ldc) {                                                        \
+    if (m == 0 || nn == 0) return;                                                             \
+    if (k == 0) {                                                                              \
+      for (int64_t i = 0; i < m; ++i)                                                          \
+        for (int64_t j = 0; j < nn; ++j) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j]; \
+      return;                                                                                  \
+    }                                                                                          \
+    G(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,   \
+      (int)nn, (int)k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));                       \
+  }                                                                                            \
+  /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
+  static void scores_##SFX(const tpu_node_t* n, const sdpa_dims_t* d, const tpu_operand_t* bias, \
+                           int64_t b, int64_t h, const T* qp, const T* kp, T* sc, T* tmp) {    \
+    T scale = (T)n->da[0];                                                                     \
+    gemm_##SFX(false, true, d->L, d->S, d->E, scale, qp, d->E, kp, d->E, 0, sc, d->S);         \
+    if (bias && present(bias)) {                                                               \
+      tpu_operand_t sl = bias_slice(bias, d, b, h);                                            \
+      tpu__pack(&sl, NULL, CDT, tmp);                                                          \
+      bool is_bool = bias->dtype == TPU_DTYPE_BOOL;                                            \
+      for (int64_t i = 0; i < d->L * d->S; ++i)                                                \
+        sc[i] = is_bool ? (tmp[i] != 0 ? sc[i] : -(T)INFINITY) : sc[i] + tmp[i];               \
+    }                                                                                          \
+    if (n->ia[0])                                                                              \
+      for (int64_t i = 0; i < d->L; ++i)                                                       \
+        for (int64_t j = i + 1; j < d->S; ++j) sc[i * d->S + j] = -(T)INFINITY;                \
+  }                                                                                            \
+  static tpu_status_t sdpa_fwd_##SFX(tpu_node_t* n) {                                          \
+    sdpa_dims_t d = sdpa_dims(n, 0);                                                           \
+    const tpu_operand_t* bias = &n->in[3];                                                     \
+    int64_t grp = d.H / d.Hk;                                                                  \
+    void* buf[7] = {0};                                                                        \
+    T* q = buf[0] = tpu__pack_alloc(&n->in[0], CDT);                                           \
+    T* k = buf[1] = tpu__pack_alloc(&n->in[1], CDT);                                           \
+    T* v = buf[2] = tpu__pack_alloc(&n->in[2], CDT);                                           \
+    T* o = buf[3] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L * d.Ev + 1));             \
+    T* lse = buf[4] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L + 1));                  \
+    T* sc = buf[5] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                         \
+    T* tmp = buf[6] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                        \
+    if (!q || !k || !v || !o || !lse || !sc || !tmp) {                                         \
+      free_all(buf, 7);                                                                        \
+      return TPU_HOST_NOMEM();                                                                 \
+    }                                                                                          \
+    for (int64_t b = 0; b < d.B; ++b)                                                          \
+      for (int64_t h = 0; h < d.H; ++h) {                                                      \
+        int64_t bh = b * d.H + h, bk = b * d.Hk + h / grp;                                     \
+        const T* qp = q + bh * d.L * d.E;                                                      \
+        const T* kp = k + bk * d.S * d.E;                                                      \
+        const T* vp = v + bk * d.S * d.Ev;                                                     \
+        scores_##SFX(n, &d, bias, b, h, qp, kp, sc, tmp);                                      \
+        for (int64_t i = 0; i < d.L; ++i) {                                                    \
+          T* row = sc + i * d.S;                                                               \
+          T mx = -(T)INFINITY;                                                                 \
+          for (int64_t j = 0; j < d.S; ++j) mx = row[j] > mx ? row[j] : mx;                    \
+          if (mx == -(T)INFINITY) { /* fully masked row: zeros, as ATen's _safe_softmax */     \
+            for (int64_t j = 0; j < d.S; ++j) row[j] = 0;                                      \
+            lse[bh * d.L + i] = -(T)INFINITY;                                                  \
+            continue;                                                                          \
+          }                                                                                    \
+          T s = 0;                                                                             \
+          for (int64_t j = 0; j < d.S; ++j) { row[j] = EXP(row[j] - mx); s += row[j]; }        \
+          for (int64_t j = 0; j < d.S; ++j) row[j] /= s;                                       \
+          lse[bh * d.L + i] = mx + LOG(s);                                                     \
+        }                                                                                      \
+        gemm_##SFX(false, false, d.L, d.Ev, d.S, 1, sc, d.S, vp, d.Ev, 0, o + bh * d.L * d.Ev, d.Ev); \
+      }                                                                                        \
+    tpu__unpack(&n->out[0], o, CDT);                                                           \
+    tpu__unpack(&n->out[1], lse, CDT);                                                         \
+    free_all(buf, 7);                                                                          \
+    return NULL;                                                                               \
+  }                                                                                            \
+  /* P is rebuilt from the saved logsumexp; dS = P * (dO V^T - rowsum(dO * O)). */             \
+  static tpu_status_t sdpa_bwd_##SFX(tpu_node_t* n) {                                          \
+    sdpa_dims_t d = sdpa_dims(n, 1);                                                           \
+    const tpu_operand_t* bias = &n->in[4];                                                     \
+    bool gbias = n->ia[1];                                                                     \
+    int64_t grp = d.H / d.Hk;                                                                  \
+    T scale = (T)n->da[0];                                                                     \
+    int64_t bshape[4] = {1, 1, 1, 1}, bstr[4] = {0, 0, 0, 0}, bnum = 1;                        \
+    if (gbias) {                                                                               \
+      int off = 4 - bias->ndim;                                                                \
+      for (int i = 0; i < bias->ndim; ++i) bshape[off + i] = bias->sizes[i];                   \
+      for (int i = 3; i >= 0; --i) { bstr[i] = bshape[i] == 1 ? 0 : bnum; bnum *= bshape[i]; } \
+    }                                                                                          \
+    void* buf[13] = {0};                                                                       \
+    T* go = buf[0] = tpu__pack_alloc(&n->in[0], CDT);                                          \
+    T* q = buf[1] = tpu__pack_alloc(&n->in[1], CDT);                                           \
+    T* k = buf[2] = tpu__pack_alloc(&n->in[2], CDT);                                           \
+    T* v = buf[3] = tpu__pack_alloc(&n->in[3], CDT);                                           \
+    T* o = buf[4] = tpu__pack_alloc(&n->in[5], CDT);                                           \
+    T* lse = buf[5] = tpu__pack_alloc(&n->in[6], CDT);                                         \
+    T* dq = buf[6] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L * d.E + 1));             \
+    T* dk = buf[7] = tpu__calloc((size_t)(d.B * d.Hk * d.S * d.E + 1), sizeof(T));             \
+    T* dv = buf[8] = tpu__calloc((size_t)(d.B * d.Hk * d.S * d.Ev + 1), sizeof(T));            \
+    T* p = buf[9] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                          \
+    T* dp = buf[10] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                        \
+    T* tmp = buf[11] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                       \
+    T* db = gbias ? (buf[12] = tpu__calloc((size_t)bnum, sizeof(T))) : NULL;                   \
+    if (!go || !q || !k || !v || !o || !lse || !dq || !dk || !dv || !p || !dp || !tmp ||       \
+        (gbias && !db)) {                                                                      \
+      free_all(buf, 13);                                                                       \
+      return TPU_HOST_NOMEM();                                                                 \
+    }                                                                                          \
+    for (int64_t b = 0; b < d.B; ++b)                                                          \
+      for (int64_t h = 0; h < d.H; ++h) {                                                      \
+        int64_t bh = b * d.H + h, bk = b * d.Hk + h / grp;                                     \
+        const T* qp = q + bh * d.L * d.E;                                                      \
+        const T* kp = k + bk * d.S * d.E;                                                      \
+        const T* vp = v + bk * d.S * d.Ev;                                                     \
+        const T* gop = go + bh * d.L * d.Ev;                                                   \
+        const T* op = o + bh * d.L * d.Ev;                                                     \
+        scores_##SFX(n, &d, bias, b, h, qp, kp, p, tmp);                                       \
+        for (int64_t i = 0; i < d.L; ++i) {                                                    \
+          T l = lse[bh * d.L + i];                                                             \
+          for (int64_t j = 0; j < d.S; ++j)                                                    \
+            p[i * d.S + j] = l == -(T)INFINITY ? 0 : EXP(p[i * d.S + j] - l);                  \
+        }                                                                                      \
+        gemm_##SFX(true, false, d.S, d.Ev, d.L, 1, p, d.S, gop, d.Ev, 1, dv + bk * d.S * d.Ev, d.Ev); \
+        gemm_##SFX(false, true, d.L, d.S, d.Ev, 1, gop, d.Ev, vp, d.Ev, 0, dp, d.S);           \
+        for (int64_t i = 0; i < d.L; ++i) {                                                    \
+          T di = 0;                                                                            \
+          for (int64_t e = 0; e < d.Ev; ++e) di += gop[i * d.Ev + e] * op[i * d.Ev + e];       \
+          for (int64_t j = 0; j < d.S; ++j) {                                                  \
+            T ds = p[i * d.S + j] * (dp[i * d.S + j] - di);                                    \
+            dp[i * d.S + j] = ds;                                                              \
+            if (db) db[b * bstr[0] + h * bstr[1] + i * bstr[2] + j * bstr[3]] += ds;           \
+          }                                                                                    \
+        }                                                                                      \
+        gemm_##SFX(false, false, d.L, d.E, d.S, scale, dp, d.S, kp, d.E, 0, dq + bh * d.L * d.E, d.E); \
+        gemm_##SFX(true, false, d.S, d.E, d.L, scale, dp, d.S, qp, d.E, 1, dk + bk * d.S * d.E, d.E); \
+      }                                                                                        \
+    if (!tpu__output_absent(&n->out[0])) tpu__unpack(&n->out[0], dq, CDT);                     \
+    if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], dk, CDT);                     \
+    if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], dv, CDT);                     \
+    if (db) tpu__unpack(&n->out[3], db, CDT);                                                  \
+    free_all(buf, 13);                                                                         \
+    return NULL;                                                                               \
+  }
+
+SDPA_DEFINE(float, f32, scipy_cblas_sgemm, TPU_DTYPE_F32, expf, logf)
+SDPA_DEFINE(double, f64, scipy_cblas_dgemm, TPU_DTYPE_F64, exp, log)
+
+static tpu_status_t sdpa_kernel(tpu_node_t* n) {
+  return n->compute == TPU_DTYPE_F64 ? sdpa_fwd_f64(n) : sdpa_fwd_f32(n);
+}
+static tpu_status_t sdpa_backward_kernel(tpu_node_t* n) {
+  return n->compute == TPU_DTYPE_F64 ? sdpa_bwd_f64(n) : sdpa_bwd_f32(n);
+}
+
+/* ---- pointwise losses ------------------------------------------------------------- */
+
+enum { LOSS_MSE = 0, LOSS_BCE = 1, LOSS_SMOOTH_L1 = 2, LOSS_HUBER = 3 };
+
+static void bcast_shape(const tpu_node_t* n, int64_t* shape, int* nd) {
+  *nd = 0;
+  for (int i = 0; i < n->n_in; ++i) {
+    const tpu_operand_t* op = &n->in[i];
+    if (!op->value) continue;
+    int m = op->ndim > *nd ? op->ndim : *nd;
+    int64_t out[TPU_MAX_DIMS];
+    for (int k = 0; k < m; ++k) {
+      int a = k - (m - *nd), c = k - (m - op->ndim);
+      int64_t sa = a >= 0 ? shape[a] : 1, sc = c >= 0 ? op->sizes[c] : 1;
+      out[k] = sa == 1 ? sc : sa;
+    }
+    memcpy(shape, out, sizeof(int64_t) * (size_t)m);
+    *nd = m;
+  }
+}
+
+/* forward inputs: self, target, [weight]; backward: grad, self, target, [weight]. */
+static tpu_status_t point_loss_kernel(tpu_node_t* n) {
+  bool bw = n->kind == TPU_KIND_POINT_LOSS_BACKWARD;
+  int loss = (int)n->ia[0];
+  int64_t red = n->ia[1];
+  double prm = n->da[0];
+  int64_t shape[TPU_MAX_DIMS];
+  int nd;
+  bcast_shape(n, shape, &nd);
+  int64_t cnt = prod(shape, 0, nd);
+  void* buf[5] = {0};
+  bool oom = false;
+  for (int i = 0; i < n->n_in; ++i) {
+    if (!present(&n->in[i])) continue;
+    buf[i] = pack_expanded(&n->in[i], nd, shape, TPU_DTYPE_F64);
+    oom |= !buf[i];
+  }
+  double* r = buf[4] = tpu__malloc(sizeof(double) * cnt1(cnt));
+  if (oom || !r) {
+    free_all(buf, 5);
+    return TPU_HOST_NOMEM();
+  }
+  int a0 = bw ? 1 : 0;
+  const double *g = bw ? buf[0] : NULL, *x = buf[a0], *y = buf[a0 + 1];
+  const double* w = loss == LOSS_BCE ? buf[a0 + 2] : NULL;
+  if (loss == LOSS_BCE)
+    for (int64_t i = 0; i < cnt; ++i)
+      if (!(x[i] >= 0 && x[i] <= 1)) {
+        free_all(buf, 5);
+        return tpu_status_make(TPU_INVALID_ARGUMENT, "%s: all elements of input should be between 0 and 1",
+                               tpu__node_describe(n));
+      }
+  /* backward: ATen scales by the element count of self for 'mean' */
+  double norm = red == 1 ? 1.0 / (double)n->ia[2] : 1.0;
+  double sum = 0;
+  for (int64_t i = 0; i < cnt; ++i) {
+    double dlt = x[i] - y[i], ad = fabs(dlt), v;
+    if (!bw) {
+      switch (loss) {
+        case LOSS_MSE: v = dlt * dlt; break;
+        case LOSS_BCE: {
+          double lx = log(x[i]), l1x = log(1 - x[i]);
+          v = -((y[i]) * (lx > -100 ? lx : -100) + (1 - y[i]) * (l1x > -100 ? l1x : -100));
+          break;
+        }
+        case LOSS_SMOOTH_L1: v = ad < prm ? 0.5 * ad * ad / prm : ad - 0.5 * prm; break;
+        default: v = ad < prm ? 0.5 * ad * ad : prm * (ad - 0.5 * prm); break;
+      }
+      if (w) v *= w[i];
+      sum += v;
+    } else {
+      switch (loss) {
+        case LOSS_MSE: v = 2 * dlt; break;
+        case LOSS_BCE: {
+          double den = (1 - x[i]) * x[i];
+          v = dlt / (den > 1e-12 ? den : 1e-12);
+          break;
+        }
+        case LOSS_SMOOTH_L1: v = dlt <= -prm ? -1 : dlt >= prm ? 1 : dlt / prm; break;
+        default: v = dlt <= -prm ? -prm : dlt >= prm ? prm : dlt; break;
+      }
+      v *= g[i] * norm;
+      if (w) v *= w[i];
+    }
+    r[i] = v;
+  }
+  if (bw || red == 0) {
+    tpu__unpack(&n->out[0], r, TPU_DTYPE_F64);
+  } else {
+    double s = red == 1 ? sum / (double)cnt : sum;
+    tpu__unpack(&n->out[0], &s, TPU_DTYPE_F64);
+  }
+  free_all(buf, 5);
+  return NULL;
+}
+
+void tpu__host_register_nn(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_LAYER_NORM] = layer_norm_kernel;
+  table[TPU_KIND_LAYER_NORM_BACKWARD] = layer_norm_backward_kernel;
+  table[TPU_KIND_EMBEDDING] = embedding_kernel;
+  table[TPU_KIND_EMBEDDING_BACKWARD] = embedding_backward_kernel;
+  table[TPU_KIND_NLL_LOSS] = nll_kernel;
+  table[TPU_KIND_NLL_LOSS_BACKWARD] = nll_backward_kernel;
+  table[TPU_KIND_SDPA] = sdpa_kernel;
+  table[TPU_KIND_SDPA_BACKWARD] = sdpa_backward_kernel;
+  table[TPU_KIND_POINT_LOSS] = point_loss_kernel;
+  table[TPU_KIND_POINT_LOSS_BACKWARD] = point_loss_kernel;
+}

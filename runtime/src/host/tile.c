@@ -170,6 +170,7 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
         const tpu_operand_t* op = ins[j];
         char* buf = scratch + (size_t)(j + 1) * TILE * csz;
         if (op->is_scalar) { inp[j] = buf; continue; }
+        if (!op->value) { inp[j] = NULL; continue; } /* absent optional input */
         int64_t st = it.strides[j + 1][nd - 1];
         size_t isz = tpu_dtype_size(op->dtype);
         const char* p = tpu__operand_ptr(op) + (off[j + 1] + t0 * st) * (int64_t)isz;

@@ -1,0 +1,488 @@
+"""nn family on tpu against PyTorch's CPU results: layer norm, embedding, nll loss,
+fused attention and the pointwise losses, in their functional, out= and backward forms.
+
+Every comparison runs the same call on CPU and on tpu; the native kernels must not go
+through the CPU fallback (checked with torchtpu.fallback_report())."""
+import contextlib
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import torchtpu
+
+A = torch.ops.aten
+DEV = "tpu"
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+# (rtol, atol) per dtype: the tpu kernels accumulate in f64 and round once, ATen in f32.
+TOL = {
+    torch.float32: (1e-5, 1e-5),
+    torch.float64: (1e-10, 1e-10),
+    torch.bfloat16: (1.6e-2, 1.6e-2),
+    torch.float16: (2e-3, 2e-3),
+}
+
+
+def close(actual, expected, dtype=None, scale=1.0):
+    if actual is None or expected is None:
+        assert actual is None and expected is None
+        return
+    dtype = dtype or expected.dtype
+    rtol, atol = TOL.get(dtype, (0, 0))
+    assert actual.device.type == DEV, actual.device
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual.cpu(), expected, rtol=rtol * scale, atol=atol * scale, equal_nan=True)
+
+
+@contextlib.contextmanager
+def native(*ops):
+    """Fails if any of `ops` (ATen names, overload optional) ran through the CPU fallback."""
+    before = dict(torchtpu.fallback_report())
+    yield
+    torch.tpu.synchronize()
+    after = torchtpu.fallback_report()
+    grew = [k.removeprefix("aten::") for k, v in after.items() if v > before.get(k, 0)]
+    bad = [k for k in grew if any(k == o or k.split(".")[0] == o for o in ops)]
+    assert not bad, f"ran through the CPU fallback: {bad}"
+
+
+def test_native_guard_can_fail():
+    """The fallback guard itself: an op forced through the CPU fallback is caught."""
+    with pytest.raises(AssertionError, match="native_layer_norm"):
+        with native("native_layer_norm"):
+            with pytest.raises(NotImplementedError):  # integer input: libtpurt defers to the CPU
+                A.native_layer_norm(torch.ones(2, 3, dtype=torch.long).to(DEV), [3], None, None, 1e-5)
+
+
+def tpu(*ts):
+    out = tuple(None if t is None else t.detach().to(DEV).requires_grad_(t.requires_grad) for t in ts)
+    return out if len(out) > 1 else out[0]
+
+
+def grads(out_fn, inputs, seed=0):
+    """autograd.grad of sum(out * g) for a fixed random g."""
+    out = out_fn(*inputs)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
+    if out.device.type == DEV:
+        g = g.to(DEV)
+    diff = [t for t in inputs if t is not None and t.requires_grad]
+    return out, torch.autograd.grad(out, diff, g)
+
+
+# ---- layer norm -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("affine", [True, False])
+def test_native_layer_norm(dtype, affine):
+    torch.manual_seed(0)
+    x = (torch.randn(4, 3, 8) * 3 + 1).to(dtype)
+    shape = [3, 8] if affine else [8]
+    w = torch.randn(shape).to(dtype) if affine else None
+    b = torch.randn(shape).to(dtype) if affine else None
+    with native("native_layer_norm"):
+        got = A.native_layer_norm(tpu(x), shape, *(tpu(w, b) if affine else (None, None)), 1e-5)
+    exp = A.native_layer_norm(x, shape, w, b, 1e-5)
+    for g, e in zip(got, exp):
+        close(g, e, scale=2)
+
+
+def test_native_layer_norm_mixed_noncontiguous_and_out():
+    torch.manual_seed(1)
+    x = torch.randn(8, 6).to(torch.bfloat16).t()  # (6, 8), non-contiguous
+    w, b = torch.randn(8), torch.randn(8)
+    with native("native_layer_norm"):
+        got = A.native_layer_norm(tpu(x), [8], *tpu(w, b), 1e-5)
+    exp = A.native_layer_norm(x, [8], w, b, 1e-5)
+    assert got[1].dtype == torch.float32
+    for g, e in zip(got, exp):
+        close(g, e, scale=2)
+    outs = [torch.empty(0, device=DEV, dtype=d) for d in (torch.bfloat16, torch.float32, torch.float32)]
+    with native("native_layer_norm"):
+        r = A.native_layer_norm.out(tpu(x), [8], *tpu(w, b), 1e-5, out0=outs[0], out1=outs[1], out2=outs[2])
+    assert r[0] is outs[0]
+    for g, e in zip(outs, exp):
+        close(g, e, scale=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_layer_norm_backward(dtype):
+    torch.manual_seed(2)
+    x = torch.randn(5, 2, 16).to(dtype).requires_grad_()
+    w = torch.randn(16).to(dtype).requires_grad_()
+    b = torch.randn(16).to(dtype).requires_grad_()
+    fn = lambda x, w, b: F.layer_norm(x, [16], w, b)
+    oc, gc = grads(fn, (x, w, b))
+    with native("native_layer_norm", "native_layer_norm_backward"):
+        ot, gt = grads(fn, tpu(x, w, b))
+    close(ot, oc.detach(), scale=2)
+    for g, e in zip(gt, gc):
+        close(g, e, scale=4)
+    # only the input requires grad
+    xi = x.detach().requires_grad_()
+    _, (gc_x,) = grads(lambda x: F.layer_norm(x, [16]), (xi,))
+    with native("native_layer_norm_backward"):
+        _, (gt_x,) = grads(lambda x: F.layer_norm(x, [16]), (tpu(xi),))
+    close(gt_x, gc_x, scale=4)
+
+
+def test_layer_norm_backward_output_mask():
+    x, dy = torch.randn(3, 4), torch.randn(3, 4)
+    w = torch.randn(4)
+    _, mean, rstd = A.native_layer_norm(x, [4], w, None, 1e-5)
+    exp = A.native_layer_norm_backward(dy, x, [4], mean, rstd, w, None, [True, False, False])
+    got = A.native_layer_norm_backward(*tpu(dy, x), [4], *tpu(mean, rstd, w), None, [True, False, False])
+    assert got[1] is None and got[2] is None
+    close(got[0], exp[0])
+
+
+def test_layer_norm_errors():
+    x = torch.randn(2, 3, 4)
+    for args in [([3], None, None), ([4], torch.ones(3), None), ([4], torch.ones(4, dtype=torch.float64), None)]:
+        with pytest.raises(RuntimeError) as ec:
+            A.native_layer_norm(x, args[0], args[1], args[2], 1e-5)
+        with pytest.raises(RuntimeError) as et:
+            A.native_layer_norm(tpu(x), args[0], tpu(args[1]), None, 1e-5)
+        assert type(et.value) is type(ec.value)
+    with pytest.raises(NotImplementedError):
+        A.native_layer_norm(tpu(torch.ones(2, 3, dtype=torch.long)), [3], None, None, 1e-5)
+
+
+# ---- embedding --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS + [torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool])
+@pytest.mark.parametrize("idx_dtype", [torch.int64, torch.int32])
+def test_embedding(dtype, idx_dtype):
+    torch.manual_seed(3)
+    w = (torch.randn(7, 10) * 5).to(dtype).t().contiguous().t()  # (7, 10), column-major
+    idx = torch.randint(0, 7, (3, 4), dtype=idx_dtype)
+    with native("embedding"):
+        got = F.embedding(tpu(idx), tpu(w))
+    close(got, F.embedding(idx, w))
+    out = torch.empty(0, dtype=dtype, device=DEV)
+    with native("embedding"):
+        A.embedding.out(tpu(w), tpu(idx), out=out)
+    close(out, F.embedding(idx, w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("padding_idx,scale", [(None, False), (2, False), (None, True), (0, True)])
+def test_embedding_backward(dtype, padding_idx, scale):
+    torch.manual_seed(4)
+    w = torch.randn(6, 5).to(dtype).requires_grad_()
+    idx = torch.tensor([[0, 2, 2, 5], [1, 0, 0, 0]])
+    fn = lambda w: F.embedding(idx if w.device.type == "cpu" else tpu(idx), w, padding_idx=padding_idx,
+                               scale_grad_by_freq=scale)
+    oc, (gc,) = grads(fn, (w,))
+    with native("embedding", "embedding_dense_backward"):
+        ot, (gt,) = grads(fn, (tpu(w),))
+    close(ot, oc.detach())
+    close(gt, gc, scale=2)
+
+
+def test_embedding_dense_backward_int_and_out():
+    g = torch.arange(24).reshape(2, 4, 3)
+    idx = torch.tensor([[0, 4, 4, 1], [1, 1, 0, 3]])
+    with native("embedding_dense_backward"):
+        got = A.embedding_dense_backward(tpu(g), tpu(idx), 5, -1, False)
+    close(got, A.embedding_dense_backward(g, idx, 5, -1, False))
+    out = torch.empty(0, device=DEV)
+    gf = g.float()
+    with native("embedding_dense_backward"):
+        A.embedding_dense_backward.out(tpu(gf), tpu(idx.int()), 5, 4, True, out=out)
+    close(out, A.embedding_dense_backward(gf, idx.int(), 5, 4, True))
+
+
+def test_embedding_errors():
+    w = torch.randn(5, 3)
+    for bad in ([[0, 5]], [[0, -1]]):
+        with pytest.raises(IndexError):
+            F.embedding(torch.tensor(bad), w)
+        with pytest.raises(IndexError):
+            F.embedding(tpu(torch.tensor(bad)), tpu(w)).cpu()
+    with pytest.raises(RuntimeError):
+        A.embedding(tpu(w), tpu(torch.tensor([[0.0, 1.0]])))
+    with pytest.raises(RuntimeError):
+        A.embedding(tpu(w[0]), tpu(torch.tensor([0])))
+    # the runtime stays usable after the asynchronous error
+    close(F.embedding(tpu(torch.tensor([1])), tpu(w)), F.embedding(torch.tensor([1]), w))
+
+
+# ---- nll loss ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nll_loss(dtype, reduction, weighted):
+    torch.manual_seed(5)
+    x = torch.randn(6, 4).log_softmax(1).to(dtype).requires_grad_()
+    t = torch.tensor([0, 3, 1, -100, 2, 3])
+    wt = torch.rand(4).to(dtype) if weighted else None
+    fn = lambda x: F.nll_loss(x, t.to(x.device), weight=None if wt is None else wt.to(x.device), reduction=reduction)
+    oc, (gc,) = grads(fn, (x,))
+    with native("nll_loss_forward", "nll_loss_backward"):
+        ot, (gt,) = grads(fn, (tpu(x),))
+    close(ot, oc.detach(), scale=2)
+    close(gt, gc, scale=2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_nll_loss2d(dtype, reduction):
+    torch.manual_seed(6)
+    x = torch.randn(2, 3, 4, 5).log_softmax(1).to(dtype).requires_grad_()
+    t = torch.randint(0, 3, (2, 4, 5))
+    t[0, 0, 0] = 1
+    wt = torch.rand(3).to(dtype)
+    fn = lambda x: F.nll_loss(x, t.to(x.device), weight=wt.to(x.device), reduction=reduction, ignore_index=1)
+    oc, (gc,) = grads(fn, (x,))
+    with native("nll_loss2d_forward", "nll_loss2d_backward"):
+        ot, (gt,) = grads(fn, (tpu(x),))
+    close(ot, oc.detach(), scale=2)
+    close(gt, gc, scale=2)
+
+
+def test_nll_loss_unbatched_out_and_all_ignored():
+    x = torch.randn(5).log_softmax(0)
+    t = torch.tensor(3)
+    with native("nll_loss_forward"):
+        got = A.nll_loss_forward(tpu(x), tpu(t), None, 1, -100)
+    for g, e in zip(got, A.nll_loss_forward(x, t, None, 1, -100)):
+        close(g, e)
+    x2 = torch.randn(3, 5)
+    t2 = torch.full((3,), -100)
+    o, tw = torch.empty(0, device=DEV), torch.empty(0, device=DEV)
+    with native("nll_loss_forward"):
+        A.nll_loss_forward.output(tpu(x2), tpu(t2), None, 1, -100, output=o, total_weight=tw)
+    for g, e in zip((o, tw), A.nll_loss_forward(x2, t2, None, 1, -100)):
+        close(g, e)
+
+
+def test_loss_backward_out_forms():
+    torch.manual_seed(13)
+    x, t, w = torch.randn(4, 3).log_softmax(1), torch.tensor([2, 0, 1, 2]), torch.rand(3)
+    out, tw = A.nll_loss_forward(x, t, w, 1, -100)
+    go = torch.tensor(1.5)
+    gi = torch.empty(0, device=DEV)
+    with native("nll_loss_backward"):
+        A.nll_loss_backward.grad_input(*tpu(go, x, t, w), 1, -100, tpu(tw), grad_input=gi)
+    close(gi, A.nll_loss_backward(go, x, t, w, 1, -100, tw))
+    p, y = torch.rand(5), torch.rand(5)
+    gi = torch.empty(0, device=DEV)
+    with native("binary_cross_entropy_backward"):
+        A.binary_cross_entropy_backward.grad_input(*tpu(go, p, y), None, 1, grad_input=gi)
+    close(gi, A.binary_cross_entropy_backward(go, p, y, None, 1))
+
+
+def test_nll_loss_errors():
+    x = torch.randn(3, 5)
+    with pytest.raises(IndexError):
+        F.nll_loss(x, torch.tensor([1, 2, 5]))
+    with pytest.raises(IndexError):
+        F.nll_loss(tpu(x), tpu(torch.tensor([1, 2, 5]))).cpu()
+    for t, w in [(torch.tensor([1.0, 2, 3]), None), (torch.tensor([1, 2]), None), (torch.tensor([1, 2, 3]), torch.ones(4))]:
+        with pytest.raises(RuntimeError):
+            A.nll_loss_forward(x, t, w, 1, -100)
+        with pytest.raises(RuntimeError):
+            A.nll_loss_forward(tpu(x), tpu(t), tpu(w), 1, -100)[0].cpu()
+
+
+# ---- fused attention (the overrideable SDPA op) -----------------------------------------
+
+
+def sdpa_ref(q, k, v, bias, causal, scale):
+    """CPU math attention as F.scaled_dot_product_attention applies it: grouped-query heads
+    expanded, a bool mask turned into -inf, the causal mask folded into the bias."""
+    rep = q.shape[1] // k.shape[1]
+    k2, v2 = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    L, S = q.shape[2], k.shape[2]
+    if bias is not None and bias.dtype == torch.bool:
+        bias = torch.zeros(bias.shape, dtype=q.dtype).masked_fill(~bias, float("-inf"))
+    if causal:
+        tri = torch.ones(L, S, dtype=torch.bool).tril()
+        cm = torch.zeros(L, S, dtype=q.dtype).masked_fill(~tri, float("-inf"))
+        bias = cm if bias is None else bias + cm
+    return A._scaled_dot_product_attention_math(q, k2, v2, bias, 0.0, False, scale=scale)[0]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("causal,bias_kind,heads_kv", [(False, None, 4), (True, None, 2), (False, "float", 4),
+                                                        (False, "bool", 1), (True, "float", 2)])
+def test_fused_attention_overrideable(dtype, causal, bias_kind, heads_kv):
+    torch.manual_seed(7)
+    B, H, L, S, E, Ev = 2, 4, 5, 7, 8, 6
+    q = torch.randn(B, H, L, E).to(dtype)
+    k = torch.randn(B, heads_kv, S, E).to(dtype)
+    v = torch.randn(B, heads_kv, S, Ev).to(dtype)
+    bias = None
+    if bias_kind == "float":
+        bias = torch.randn(1, H, L, S).to(dtype)
+    elif bias_kind == "bool":
+        bias = torch.rand(L, S) > 0.3
+        bias[1] = False  # a fully masked row: zeros, as ATen's safe softmax
+    scale = 0.3 if causal else None
+    with native("_scaled_dot_product_fused_attention_overrideable"):
+        res = A._scaled_dot_product_fused_attention_overrideable(*tpu(q, k, v), tpu(bias), 0.0, causal, False,
+                                                                 scale=scale)
+    exp = sdpa_ref(q.double(), k.double(), v.double(), None if bias is None else
+                   (bias if bias.dtype == torch.bool else bias.double()), causal,
+                   scale if scale is not None else 1 / math.sqrt(E)).to(dtype)
+    close(res[0], exp, scale=2)
+    assert res[1].shape == (B, H, L)
+    assert res[1].dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("causal,with_bias,heads_kv", [(False, False, 3), (True, True, 1), (False, True, 3)])
+def test_fused_attention_overrideable_backward(dtype, causal, with_bias, heads_kv):
+    torch.manual_seed(8)
+    B, H, L, S, E = 2, 3, 4, 6, 5
+    q = torch.randn(B, H, L, E, dtype=dtype, requires_grad=True)
+    k = torch.randn(B, heads_kv, S, E, dtype=dtype, requires_grad=True)
+    v = torch.randn(B, heads_kv, S, E, dtype=dtype, requires_grad=True)
+    bias = torch.randn(B, 1, L, S, dtype=dtype, requires_grad=True) if with_bias else None
+    inputs = (q, k, v) + ((bias,) if with_bias else ())
+    oc = sdpa_ref(q, k, v, bias, causal, None)
+    g = torch.randn_like(oc)
+    gc = torch.autograd.grad(oc, inputs, g)
+    with native("_scaled_dot_product_fused_attention_overrideable",
+                "_scaled_dot_product_fused_attention_overrideable_backward"):
+        res = A._scaled_dot_product_fused_attention_overrideable(*tpu(q, k, v), tpu(bias), 0.0, causal, False)
+        gt = A._scaled_dot_product_fused_attention_overrideable_backward(
+            tpu(g), *tpu(q, k, v), tpu(bias), [True, True, True, with_bias], res[0], res[1], opt(res[2]),
+            opt(res[3]), res[4], res[5], 0.0, causal, opt(res[6]), opt(res[7]))
+    close(res[0], oc.detach(), scale=10)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=10)
+
+
+def test_fused_attention_backward_grad_input_mask():
+    q = torch.randn(1, 2, 3, 4)
+    res = A._scaled_dot_product_fused_attention_overrideable(*tpu(q, q, q))
+    g = A._scaled_dot_product_fused_attention_overrideable_backward(
+        tpu(torch.randn(1, 2, 3, 4)), *tpu(q, q, q), None, [True, False, True, False], res[0], res[1],
+        opt(res[2]), opt(res[3]), 3, 3, 0.0, False, opt(res[6]), opt(res[7]))
+    assert g[0] is not None and g[1] is None and g[2] is not None and g[3] is None
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fused_attention_autograd(with_bias):
+    """The op's derivative formula calls the backward op with autograd's grad_input_mask."""
+    torch.manual_seed(12)
+    q, k, v = (torch.randn(2, 2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    bias = torch.randn(4, 4, dtype=torch.float64, requires_grad=with_bias) if with_bias else None
+    ins = (q, k, v) + ((bias,) if with_bias else ())
+    oc = sdpa_ref(q, k, v, bias, False, None)
+    g = torch.randn_like(oc)
+    gc = torch.autograd.grad(oc, ins, g)
+    tins = tpu(*ins)
+    with native("_scaled_dot_product_fused_attention_overrideable",
+                "_scaled_dot_product_fused_attention_overrideable_backward"):
+        ot = A._scaled_dot_product_fused_attention_overrideable(*tins[:3], tins[3] if with_bias else None)[0]
+        gt = torch.autograd.grad(ot, tins, tpu(g))
+    close(ot, oc.detach())
+    for a, e in zip(gt, gc):
+        close(a, e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_scaled_dot_product_attention_routes_to_fused(dtype, causal):
+    """F.scaled_dot_product_attention on tpu: forward and backward through the fused op."""
+    torch.manual_seed(11)
+    q, k, v = (torch.randn(2, 3, 5, 8).to(dtype).requires_grad_() for _ in range(3))
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    oc, gc = grads(fn, (q, k, v))
+    seen = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with native("_scaled_dot_product_fused_attention_overrideable",
+                "_scaled_dot_product_fused_attention_overrideable_backward"), Record():
+        ot, gt = grads(fn, tpu(q, k, v))
+    assert "_scaled_dot_product_fused_attention_overrideable.default" in seen
+    assert "_scaled_dot_product_fused_attention_overrideable_backward.default" in seen
+    close(ot, oc.detach(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=4)
+
+
+def opt(t):
+    """An undefined Tensor return, handed back where the schema wants a Tensor."""
+    return torch.empty(0, device=DEV) if t is None else t
+
+
+def test_fused_attention_errors():
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(RuntimeError):
+        A._scaled_dot_product_fused_attention_overrideable(tpu(q), tpu(q.double()), tpu(q))
+    with pytest.raises(RuntimeError):
+        A._scaled_dot_product_fused_attention_overrideable(tpu(q), tpu(torch.randn(1, 3, 3, 4)),
+                                                           tpu(torch.randn(1, 3, 3, 4)))
+
+
+# ---- pointwise losses -------------------------------------------------------------------
+
+LOSSES = {
+    "mse_loss": lambda x, y, r: F.mse_loss(x, y, reduction=r),
+    "smooth_l1_loss": lambda x, y, r: F.smooth_l1_loss(x, y, reduction=r, beta=0.5),
+    "huber_loss": lambda x, y, r: F.huber_loss(x, y, reduction=r, delta=0.7),
+    "binary_cross_entropy": lambda x, y, r: F.binary_cross_entropy(x.sigmoid(), y, reduction=r),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("name", list(LOSSES))
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_pointwise_losses(dtype, name, reduction):
+    torch.manual_seed(9)
+    x = torch.randn(4, 6).to(dtype)[:, ::2].requires_grad_()  # non-contiguous
+    y = (torch.rand(4, 3) if name == "binary_cross_entropy" else torch.randn(4, 3)).to(dtype)
+    fn = lambda x: LOSSES[name](x, y.to(x.device), reduction)
+    oc, (gc,) = grads(fn, (x,))
+    ops = [name, name + "_backward"]
+    if name == "binary_cross_entropy":
+        ops = ops[:]  # sigmoid belongs to another family
+    with native(*ops):
+        ot, (gt,) = grads(fn, (tpu(x),))
+    close(ot, oc.detach(), scale=2)
+    close(gt, gc, scale=2)
+
+
+def test_pointwise_losses_broadcast_weight_and_out():
+    torch.manual_seed(10)
+    x, y = torch.rand(3, 4), torch.rand(3, 4)
+    w = torch.rand(4)
+    with native("binary_cross_entropy"):
+        got = A.binary_cross_entropy(*tpu(x, y, w), 1)
+    close(got, A.binary_cross_entropy(x, y, w, 1))
+    a, b = torch.randn(3, 1), torch.randn(4)
+    out = torch.empty(0, device=DEV)
+    with native("mse_loss"):
+        A.mse_loss.out(*tpu(a, b), 0, out=out)
+    close(out, A.mse_loss(a, b, 0))
+    g = torch.randn(3, 4)
+    with native("smooth_l1_loss_backward"):
+        got = A.smooth_l1_loss_backward(*tpu(g, a, b), 0, 0.0)
+    close(got, A.smooth_l1_loss_backward(g, a.expand(3, 4), b.expand(3, 4), 0, 0.0))
+
+
+def test_pointwise_loss_errors():
+    x = torch.rand(3)
+    with pytest.raises(RuntimeError):
+        F.binary_cross_entropy(x + 1, x)
+    with pytest.raises(RuntimeError):
+        F.binary_cross_entropy(tpu(x + 1), tpu(x)).cpu()
+    with pytest.raises(RuntimeError):
+        A.smooth_l1_loss(tpu(x), tpu(x), 1, -1.0)
+    with pytest.raises(RuntimeError):
+        A.binary_cross_entropy(tpu(x), tpu(x.double()))
+    with pytest.raises(NotImplementedError):
+        A.mse_loss(tpu(torch.ones(3, dtype=torch.long)), tpu(torch.ones(3, dtype=torch.long)))
