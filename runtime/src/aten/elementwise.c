@@ -38,22 +38,6 @@ struct ew_def_s {
 };
 
 /* c10's names, which PyTorch's "not implemented for 'Long'" messages use. */
-static const char* c10_name(tpu_dtype_t d) {
-  switch (d) {
-    case TPU_DTYPE_U8: return "Byte";
-    case TPU_DTYPE_I8: return "Char";
-    case TPU_DTYPE_I16: return "Short";
-    case TPU_DTYPE_I32: return "Int";
-    case TPU_DTYPE_I64: return "Long";
-    case TPU_DTYPE_F16: return "Half";
-    case TPU_DTYPE_F32: return "Float";
-    case TPU_DTYPE_F64: return "Double";
-    case TPU_DTYPE_BOOL: return "Bool";
-    case TPU_DTYPE_BF16: return "BFloat16";
-    default: return "?";
-  }
-}
-
 static bool arg_is_float(const tpu_arg_t* a) {
   return a && (a->kind == TPU_ARG_DOUBLE || (a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_FLOAT));
 }
@@ -173,9 +157,9 @@ static tpu_status_t build_ew(tpu_build_t* b) {
   if ((flags & EW_NOBOOL) && common == TPU_DTYPE_BOOL)
     return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for 'Bool'", kname);
   if ((flags & EW_FLOATONLY) && !tpu_dtype_is_floating(common))
-    return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kname, c10_name(common));
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kname, tpu__dtype_c10_name(common));
   if ((flags & EW_INTONLY) && tpu_dtype_is_floating(common))
-    return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kname, c10_name(common));
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kname, tpu__dtype_c10_name(common));
   if ((flags & EW_FLOAT) && !tpu_dtype_is_floating(common)) common = tpu__default_float();
   n->compute = tpu__compute_dtype(common);
   /* Number operands take the common integer type first, as TensorIterator casts them
@@ -356,7 +340,7 @@ static tpu_status_t p_where(tpu_build_t* b, tpu_dtype_t* c, int* f, int present)
   tpu_dtype_t cd = tpu__arg_dtype(tpu__arg(b, 0));
   if (cd != TPU_DTYPE_BOOL && cd != TPU_DTYPE_U8)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
-                    "where expected condition to be a boolean tensor, but got a tensor with dtype %s", c10_name(cd));
+                    "where expected condition to be a boolean tensor, but got a tensor with dtype %s", tpu__dtype_c10_name(cd));
   return NULL;
 }
 
@@ -368,7 +352,7 @@ static tpu_status_t p_masked_fill(tpu_build_t* b, tpu_dtype_t* c, int* f, int pr
   if (md != TPU_DTYPE_BOOL) {
     static const char* names[] = {"unsigned char", "signed char", "short", "int", "long int",
                                   "c10::Half", "float", "double"};
-    const char* nm = md >= 0 && md <= TPU_DTYPE_F64 ? names[md] : c10_name(md);
+    const char* nm = md >= 0 && md <= TPU_DTYPE_F64 ? names[md] : tpu__dtype_c10_name(md);
     return tpu__err(b, TPU_INVALID_ARGUMENT, "masked_fill_ only supports boolean masks, but got mask with dtype %s", nm);
   }
   if (value->kind == TPU_ARG_TENSOR && value->tensor.ndim != 0)
@@ -481,7 +465,7 @@ static tpu_status_t p_same_dtype(tpu_build_t* b, tpu_dtype_t* c, int* f, int pre
   for (int i = 1; i < 3; ++i) {
     tpu_dtype_t got = tpu__arg_dtype(tpu__arg(b, i));
     if (got != want)
-      return tpu__err(b, TPU_INVALID_ARGUMENT, "Found dtype %s but expected %s", c10_name(got), c10_name(want));
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Found dtype %s but expected %s", tpu__dtype_c10_name(got), tpu__dtype_c10_name(want));
   }
   return NULL;
 }

@@ -21,29 +21,6 @@
 enum { RED_NONE = 0, RED_SUM, RED_PROD, RED_MEAN, RED_AMAX, RED_AMIN };
 
 /* c10 spellings, for messages that quote them. */
-static const char* c10_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_U8: return "Byte";
-    case TPU_DTYPE_I8: return "Char";
-    case TPU_DTYPE_I16: return "Short";
-    case TPU_DTYPE_I32: return "Int";
-    case TPU_DTYPE_I64: return "Long";
-    case TPU_DTYPE_F16: return "Half";
-    case TPU_DTYPE_F32: return "Float";
-    case TPU_DTYPE_F64: return "Double";
-    case TPU_DTYPE_BOOL: return "Bool";
-    case TPU_DTYPE_BF16: return "BFloat16";
-    default: return "Unknown";
-  }
-}
-
-static void fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
-  size_t o = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < nd && o < cap; ++i)
-    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
-  if (o < cap) snprintf(buf + o, cap - o, "]");
-}
-
 static bool is_index_dtype(tpu_dtype_t t) { return t == TPU_DTYPE_I64 || t == TPU_DTYPE_I32; }
 
 /* 0-dim tensors act as 1-element 1-dim ones in gather/scatter/index_* (ensure_nonempty). */
@@ -85,13 +62,13 @@ static tpu_status_t sg_shape_check(tpu_build_t* b, const tpu_view_t* self, int d
                (src && ne_size(index, d) > ne_size(src, d));
     if (bad) {
       char a[256], s[256], c[256];
-      fmt_shape(a, sizeof a, index->ndim, index->sizes);
-      fmt_shape(s, sizeof s, self->ndim, self->sizes);
+      tpu__fmt_shape(a, sizeof a, index->ndim, index->sizes);
+      tpu__fmt_shape(s, sizeof s, self->ndim, self->sizes);
       if (gather)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "Size does not match at dimension %d expected "
                         "index %s to be no larger than self %s apart from dimension %d", d, a, s, dim);
       if (src) {
-        fmt_shape(c, sizeof c, src->ndim, src->sizes);
+        tpu__fmt_shape(c, sizeof c, src->ndim, src->sizes);
         return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected index %s to be no larger than self %s "
                         "apart from dimension %d and to be no larger size than src %s", a, s, dim, c);
       }
@@ -228,10 +205,10 @@ static tpu_status_t build_index_acc(tpu_build_t* b) {
                       index->ndim);
     if (!is_index_dtype(index->dtype))
       return tpu__err(b, TPU_INVALID_ARGUMENT, "index_add_(): Expected dtype int32/int64 for index but got: %s",
-                      c10_name(index->dtype));
+                      tpu__dtype_c10_name(index->dtype));
     if (src->dtype != self->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "index_add_(): self (%s) and source (%s) must have the same scalar type",
-                      c10_name(self->dtype), c10_name(src->dtype));
+                      tpu__dtype_c10_name(self->dtype), tpu__dtype_c10_name(src->dtype));
     if (ne_dim(src) != ne_dim(self) && !(src->ndim == 0 && self->ndim == 0))
       return tpu__err(b, TPU_INVALID_ARGUMENT, "source tensor shape must match self tensor shape, excluding the "
                       "specified dimension");
@@ -241,8 +218,8 @@ static tpu_status_t build_index_acc(tpu_build_t* b) {
     for (int d = 0; d < ne_dim(self); ++d)
       if (d != dim && ne_size(self, d) != ne_size(src, d)) {
         char a[256], s[256];
-        fmt_shape(a, sizeof a, self->ndim, self->sizes);
-        fmt_shape(s, sizeof s, src->ndim, src->sizes);
+        tpu__fmt_shape(a, sizeof a, self->ndim, self->sizes);
+        tpu__fmt_shape(s, sizeof s, src->ndim, src->sizes);
         return tpu__err(b, TPU_INVALID_ARGUMENT, "source tensor shape must match self tensor shape, excluding "
                         "the specified dimension. Got self.shape = %s source.shape = %s", a, s);
       }
@@ -251,10 +228,10 @@ static tpu_status_t build_index_acc(tpu_build_t* b) {
       return tpu__err(b, TPU_INDEX_ERROR, "index_copy_(): Index should have dimension 1 or 0 (got %d)", index->ndim);
     if (index->dtype != TPU_DTYPE_I64)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "index_copy_(): Expected a long tensor for index, but got %s",
-                      c10_name(index->dtype));
+                      tpu__dtype_c10_name(index->dtype));
     if (src->dtype != self->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "index_copy_(): self and source expected to have the same dtype, "
-                      "but got (self) %s and (source) %s", c10_name(self->dtype), c10_name(src->dtype));
+                      "but got (self) %s and (source) %s", tpu__dtype_c10_name(self->dtype), tpu__dtype_c10_name(src->dtype));
     if (self->ndim > 0 && src->ndim > 0 && src->ndim != self->ndim)
       return tpu__err(b, TPU_INDEX_ERROR, "index_copy_(): When source and destination are not scalars, their "
                       "dimensionality must match. Source dimensionality (%d), destination dimensionality (%d)",
@@ -340,8 +317,8 @@ static tpu_status_t make_plan(tpu_build_t* b, const tpu_view_t* self, int list_a
       for (int j = 0; j < t->ndim; ++j)
         if (t->sizes[j] != self->sizes[d + j]) {
           char ms[256], ss[256];
-          fmt_shape(ms, sizeof ms, t->ndim, t->sizes);
-          fmt_shape(ss, sizeof ss, self->ndim, self->sizes);
+          tpu__fmt_shape(ms, sizeof ms, t->ndim, t->sizes);
+          tpu__fmt_shape(ss, sizeof ss, self->ndim, self->sizes);
           return tpu__err(b, TPU_INDEX_ERROR, "The shape of the mask %s at index %d does not match the shape "
                           "of the indexed tensor %s at index %d", ms, j, ss, d + j);
         }
@@ -375,7 +352,7 @@ static tpu_status_t make_plan(tpu_build_t* b, const tpu_view_t* self, int list_a
       size_t o = 0;
       for (int k = 0; k < n_shapes && o < sizeof msg; ++k) {
         char sh[256];
-        fmt_shape(sh, sizeof sh, shape_nd[k], shapes[k]);
+        tpu__fmt_shape(sh, sizeof sh, shape_nd[k], shapes[k]);
         o += (size_t)snprintf(msg + o, sizeof msg - o, k ? ", %s" : "%s", sh);
       }
       return tpu__err(b, TPU_INDEX_ERROR,
@@ -443,7 +420,7 @@ static tpu_status_t build_index_put(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &accumulate));
   if (values->dtype != self->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Index put requires the source and destination dtypes match, got "
-                    "%s for the destination and %s for the source.", c10_name(self->dtype), c10_name(values->dtype));
+                    "%s for the destination and %s for the source.", tpu__dtype_c10_name(self->dtype), tpu__dtype_c10_name(values->dtype));
   plan_t p;
   TPU_RETURN_IF_ERROR(make_plan(b, self, 1, &p));
   /* values must broadcast to the indexing result without growing it */
@@ -454,8 +431,8 @@ static tpu_status_t build_index_put(tpu_build_t* b) {
   }
   if (!ok) {
     char vs[256], rs[256];
-    fmt_shape(vs, sizeof vs, values->ndim, values->sizes);
-    fmt_shape(rs, sizeof rs, p.out_nd, p.out);
+    tpu__fmt_shape(vs, sizeof vs, values->ndim, values->sizes);
+    tpu__fmt_shape(rs, sizeof rs, p.out_nd, p.out);
     return tpu__err(b, TPU_INVALID_ARGUMENT, "shape mismatch: value tensor of shape %s cannot be broadcast to "
                     "indexing result of shape %s", vs, rs);
   }
@@ -507,10 +484,10 @@ static tpu_status_t build_masked_scatter(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &src));
   if (mask->dtype != TPU_DTYPE_BOOL)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "masked_scatter_ only supports boolean masks, but got mask with dtype %s",
-                    c10_name(mask->dtype));
+                    tpu__dtype_c10_name(mask->dtype));
   if (src->dtype != self->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "masked_scatter: expected self and source to have same dtypes but got "
-                    "%s and %s", c10_name(self->dtype), c10_name(src->dtype));
+                    "%s and %s", tpu__dtype_c10_name(self->dtype), tpu__dtype_c10_name(src->dtype));
   int64_t shape[TPU_MAX_DIMS];
   int nd;
   TPU_RETURN_IF_ERROR(tpu__broadcast(b, self->sizes, self->ndim, mask->sizes, mask->ndim, shape, &nd));
@@ -686,7 +663,7 @@ static tpu_status_t build_repeat(tpu_build_t* b) {
   for (int d = 0; d < n; ++d)
     if (shape[d] < 0) {
       char s[256];
-      fmt_shape(s, sizeof s, n, shape);
+      tpu__fmt_shape(s, sizeof s, n, shape);
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Trying to create tensor with negative dimension %lld: %s",
                       (long long)shape[d], s);
     }
@@ -828,7 +805,7 @@ static tpu_status_t build_arange(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 2, 1.0, &step));
   tpu_dtype_t dt = out->dtype;
   if (dt == TPU_DTYPE_BOOL || !tpu_dtype_is_supported(dt))
-    return tpu__err(b, TPU_UNIMPLEMENTED, "\"arange_cpu\" not implemented for '%s'", c10_name(dt));
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"arange_cpu\" not implemented for '%s'", tpu__dtype_c10_name(dt));
   if (!(step > 0 || step < 0)) return tpu__err(b, TPU_INVALID_ARGUMENT, "step must be nonzero");
   if (!isfinite(start) || !isfinite(end))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "unsupported range: %g -> %g", start, end);

@@ -7,29 +7,6 @@
 #include "aten/aten.h"
 
 /* c10's short ScalarType names, used by ATen's dispatch-macro messages ("... for 'Long'"). */
-static const char* c10_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_U8: return "Byte";
-    case TPU_DTYPE_I8: return "Char";
-    case TPU_DTYPE_I16: return "Short";
-    case TPU_DTYPE_I32: return "Int";
-    case TPU_DTYPE_I64: return "Long";
-    case TPU_DTYPE_F16: return "Half";
-    case TPU_DTYPE_F32: return "Float";
-    case TPU_DTYPE_F64: return "Double";
-    case TPU_DTYPE_BOOL: return "Bool";
-    case TPU_DTYPE_BF16: return "BFloat16";
-    default: return "Undefined";
-  }
-}
-
-static void fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
-  size_t o = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < nd && o < cap; ++i)
-    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
-  if (o < cap) snprintf(buf + o, cap - o, "]");
-}
-
 static int64_t numel_of(int nd, const int64_t* s) {
   int64_t n = 1;
   for (int i = 0; i < nd; ++i) n *= s[i];
@@ -59,7 +36,7 @@ static tpu_status_t add_opt(tpu_build_t* b, const tpu_view_t* v) {
 }
 
 static tpu_status_t not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, c10_name(t));
+  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
 }
 
 /* ---- layer norm ------------------------------------------------------------------- */
@@ -81,19 +58,19 @@ static tpu_status_t layer_norm_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_vi
 static tpu_status_t layer_norm_shapes(tpu_build_t* b, const tpu_view_t* x, const int64_t* ns, int k,
                                       const tpu_view_t* w, const tpu_view_t* bias, int* axis) {
   char s1[256], s2[256];
-  fmt_shape(s2, sizeof s2, k, ns);
+  tpu__fmt_shape(s2, sizeof s2, k, ns);
   if (k < 1)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Expected normalized_shape to be at least 1-dimensional, i.e., containing at "
                     "least one element, but got normalized_shape = %s", s2);
   if (w && !same_shape(w->ndim, w->sizes, k, ns)) {
-    fmt_shape(s1, sizeof s1, w->ndim, w->sizes);
+    tpu__fmt_shape(s1, sizeof s1, w->ndim, w->sizes);
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Expected weight to be of same shape as normalized_shape, but got weight of "
                     "shape %s and normalized_shape = %s", s1, s2);
   }
   if (bias && !same_shape(bias->ndim, bias->sizes, k, ns)) {
-    fmt_shape(s1, sizeof s1, bias->ndim, bias->sizes);
+    tpu__fmt_shape(s1, sizeof s1, bias->ndim, bias->sizes);
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Expected bias to be of same shape as normalized_shape, but got bias of "
                     "shape %s and normalized_shape = %s", s1, s2);
@@ -102,9 +79,9 @@ static tpu_status_t layer_norm_shapes(tpu_build_t* b, const tpu_view_t* x, const
   for (int i = 0; ok && i < k; ++i) ok = x->sizes[x->ndim - k + i] == ns[i];
   if (!ok) {
     char s3[256];
-    fmt_shape(s3, sizeof s3, k, ns);
+    tpu__fmt_shape(s3, sizeof s3, k, ns);
     s3[strlen(s3) - 1] = 0; /* "[*, 3]" reuses the list without its brackets */
-    fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
+    tpu__fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Given normalized_shape=%s, expected input with shape [*, %s], but got input of size%s",
                     s2, s3 + 1, s1);
@@ -210,7 +187,7 @@ static tpu_status_t check_indices(tpu_build_t* b, const tpu_view_t* idx, int arg
   return tpu__err(b, TPU_INVALID_ARGUMENT,
                   "Expected tensor for argument #%d 'indices' to have one of the following scalar "
                   "types: Long, Int; but got torch.%sTensor instead (while checking arguments for %s)",
-                  argno, c10_name(idx->dtype), fn);
+                  argno, tpu__dtype_c10_name(idx->dtype), fn);
 }
 
 /* embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse): a row gather. The
@@ -279,8 +256,8 @@ static tpu_status_t nll_check(tpu_build_t* b, int si, const tpu_view_t** out_sel
   TPU_RETURN_IF_ERROR(opt_tensor(b, si + 2, &w));
   bool is2d = *(const int*)b->data == NLL_2D;
   char s1[256], s2[256];
-  fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
-  fmt_shape(s2, sizeof s2, t->ndim, t->sizes);
+  tpu__fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
+  tpu__fmt_shape(s2, sizeof s2, t->ndim, t->sizes);
   if (!is2d) {
     if (x->ndim < 1 || x->ndim > 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "input tensor should be 1D or 2D");
     if (t->ndim > 1)
@@ -308,17 +285,17 @@ static tpu_status_t nll_check(tpu_build_t* b, int si, const tpu_view_t** out_sel
   }
   if (w && tpu_view_numel(w) != ncp[1]) {
     if (is2d) return tpu__err(b, TPU_INVALID_ARGUMENT, "weight tensor should be defined either for all or no classes");
-    fmt_shape(s1, sizeof s1, w->ndim, w->sizes);
+    tpu__fmt_shape(s1, sizeof s1, w->ndim, w->sizes);
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "weight tensor should be defined either for all %lld classes or no classes but got "
                     "weight tensor of shape: %s", (long long)ncp[1], s1);
   }
   if (t->dtype != TPU_DTYPE_I64 && t->dtype != TPU_DTYPE_U8)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected target dtype to be Long or Byte, but got %s", c10_name(t->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected target dtype to be Long or Byte, but got %s", tpu__dtype_c10_name(t->dtype));
   if (!tpu_dtype_is_floating(x->dtype))
     return not_implemented_for(b, is2d ? "nll_loss2d_forward_out_frame" : "nll_loss_out_frame", x->dtype);
   if (w && w->dtype != x->dtype)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", c10_name(x->dtype), c10_name(w->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(w->dtype));
   *out_self = x;
   *out_target = t;
   *out_w = w;
@@ -362,13 +339,13 @@ static tpu_status_t build_nll_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 6, &tw));
   char s[256];
   if (tpu_view_numel(tw) != 1) {
-    fmt_shape(s, sizeof s, tw->ndim, tw->sizes);
+    tpu__fmt_shape(s, sizeof s, tw->ndim, tw->sizes);
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected total_weight to be a single element tensor, got: %s (%lld elements)",
                     s, (long long)tpu_view_numel(tw));
   }
   bool batched_none = red == 0 && (x->ndim > 1);
   if (batched_none ? tpu_view_numel(go) != ncp[0] * ncp[2] : tpu_view_numel(go) != 1) {
-    fmt_shape(s, sizeof s, go->ndim, go->sizes);
+    tpu__fmt_shape(s, sizeof s, go->ndim, go->sizes);
     if (batched_none)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_output must have %lld elements for reduction='none', but got: %s",
                       (long long)(ncp[0] * ncp[2]), s);
@@ -557,7 +534,7 @@ static tpu_status_t build_point_loss(tpu_build_t* b) {
   tpu_dtype_t dt;
   if (d->loss == LOSS_BCE) {
     if (t->dtype != x->dtype)
-      return tpu__err(b, TPU_INVALID_ARGUMENT, "Found dtype %s but expected %s", c10_name(t->dtype), c10_name(x->dtype));
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Found dtype %s but expected %s", tpu__dtype_c10_name(t->dtype), tpu__dtype_c10_name(x->dtype));
     dt = x->dtype;
   } else {
     int idx[2] = {a0, a0 + 1};

@@ -15,22 +15,6 @@
 #include "aten/aten.h"
 
 /* c10::toString(ScalarType): used in NotImplementedError dispatch messages. */
-static const char* c10_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_U8: return "Byte";
-    case TPU_DTYPE_I8: return "Char";
-    case TPU_DTYPE_I16: return "Short";
-    case TPU_DTYPE_I32: return "Int";
-    case TPU_DTYPE_I64: return "Long";
-    case TPU_DTYPE_F16: return "Half";
-    case TPU_DTYPE_F32: return "Float";
-    case TPU_DTYPE_F64: return "Double";
-    case TPU_DTYPE_BOOL: return "Bool";
-    case TPU_DTYPE_BF16: return "BFloat16";
-    default: return "Unknown";
-  }
-}
-
 /* The C++ type names (typeid) that CPU's bounds checks print. */
 static const char* cpp_name(tpu_dtype_t t) {
   switch (t) {
@@ -71,7 +55,7 @@ static void int_bounds(tpu_dtype_t t, int64_t* lo, int64_t* hi) {
 }
 
 static tpu_status_t not_implemented(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, c10_name(t));
+  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
 }
 
 /* The Generator argument: a seed, or None (C tests only). */
@@ -138,7 +122,7 @@ static tpu_status_t build_uniform(tpu_build_t* b) {
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "uniform_ expects to-from <= std::numeric_limits<%s>::max(), but found to=%g "
                     "and from=%g which result in to-from to exceed the limit",
-                    c10_name(t), to, from);
+                    tpu__dtype_c10_name(t), to, from);
   /* CPU casts the bounds to the tensor's dtype before sampling. */
   b->node->kind = TPU_KIND_RAND_UNIFORM;
   b->node->da[0] = round_to(from, t);
@@ -374,7 +358,7 @@ static tpu_status_t build_exponential(tpu_build_t* b) {
   if (!tpu_dtype_is_floating(self->dtype))
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Exponential distribution is a continuous probability distribution. dtype must "
-                    "be a floating point but you specified %s", c10_name(self->dtype));
+                    "be a floating point but you specified %s", tpu__dtype_c10_name(self->dtype));
   b->node->kind = TPU_KIND_RAND_EXPONENTIAL;
   b->node->da[0] = lambd;
   return NULL;
@@ -444,7 +428,7 @@ static tpu_status_t build_randperm(tpu_build_t* b) {
     int64_t mx = ((int64_t)1 << float_digits(t)) + 1;
     if (n > mx)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "n cannot be greater than %lld for %s type.",
-                      (long long)mx, c10_name(t));
+                      (long long)mx, tpu__dtype_c10_name(t));
   } else if (tpu_dtype_is_integral(t, false)) {
     int64_t lo, hi;
     int_bounds(t, &lo, &hi);
@@ -477,10 +461,10 @@ static tpu_status_t build_multinomial(tpu_build_t* b) {
   if (!tpu_dtype_is_floating(self->dtype))
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "multinomial only supports floating-point dtypes for input, got: %s",
-                    c10_name(self->dtype));
+                    tpu__dtype_c10_name(self->dtype));
   tpu_dtype_t ot = out_dtype_or(b, TPU_DTYPE_I64);
   if (ot != TPU_DTYPE_I64)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "multinomial expects Long tensor out, got: %s", c10_name(ot));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "multinomial expects Long tensor out, got: %s", tpu__dtype_c10_name(ot));
   if (n_sample <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "cannot sample n_sample <= 0 samples");
   int64_t n_cat = self->sizes[self->ndim - 1];
   if (!repl && n_sample > n_cat)
@@ -521,7 +505,7 @@ static tpu_status_t build_dropout(tpu_build_t* b) {
      * integer tensor fails the in-place cast check. */
     if (!tpu_dtype_is_floating(in->dtype))
       return tpu__err(b, TPU_INVALID_ARGUMENT,
-                      "result type Float can't be cast to the desired output type %s", c10_name(in->dtype));
+                      "result type Float can't be cast to the desired output type %s", tpu__dtype_c10_name(in->dtype));
     n->da[0] = p1m;
     n->da[1] = p1m == 0 ? 0. : 1. / p1m;
   }

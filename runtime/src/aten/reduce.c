@@ -15,22 +15,6 @@
 
 /* ---- dtype names as PyTorch's messages print them -------------------------------- */
 
-static const char* c10_name(tpu_dtype_t d) {
-  switch (d) {
-    case TPU_DTYPE_U8: return "Byte";
-    case TPU_DTYPE_I8: return "Char";
-    case TPU_DTYPE_I16: return "Short";
-    case TPU_DTYPE_I32: return "Int";
-    case TPU_DTYPE_I64: return "Long";
-    case TPU_DTYPE_F16: return "Half";
-    case TPU_DTYPE_F32: return "Float";
-    case TPU_DTYPE_F64: return "Double";
-    case TPU_DTYPE_BOOL: return "Bool";
-    case TPU_DTYPE_BF16: return "BFloat16";
-    default: return "Undefined";
-  }
-}
-
 static const char* cpp_name(tpu_dtype_t d) {
   switch (d) {
     case TPU_DTYPE_U8: return "unsigned char";
@@ -176,11 +160,11 @@ static tpu_status_t build_sumlike(tpu_build_t* b) {
     if (dt != TPU_DTYPE_INVALID && !tpu_dtype_is_floating(dt))
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "mean(): could not infer output dtype. Optional dtype must be either a floating "
-                      "point or complex dtype. Got: %s", c10_name(dt));
+                      "point or complex dtype. Got: %s", tpu__dtype_c10_name(dt));
     if (dt == TPU_DTYPE_INVALID && !tpu_dtype_is_floating(x->dtype))
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "mean(): could not infer output dtype. Input dtype must be either a floating "
-                      "point or complex dtype. Got: %s", c10_name(x->dtype));
+                      "point or complex dtype. Got: %s", tpu__dtype_c10_name(x->dtype));
     res = dt != TPU_DTYPE_INVALID ? dt : x->dtype;
   } else {
     tpu_dtype_t o = out_dtype(b, 0, 1);
@@ -237,7 +221,7 @@ static tpu_status_t build_minmax(tpu_build_t* b) {
       if (o != TPU_DTYPE_INVALID && o != x->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT,
                         "Expected the dtype for input and out to match, but got %s for input's dtype "
-                        "and %s for out's dtype.", c10_name(x->dtype), c10_name(o));
+                        "and %s for out's dtype.", tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(o));
     } else if (d->kind == TPU_KIND_RED_MAX_DIM || d->kind == TPU_KIND_RED_MIN_DIM) {
       TPU_RETURN_IF_ERROR(out_exact(b, 0, 2, x->dtype));
       TPU_RETURN_IF_ERROR(out_exact(b, 1, 2, TPU_DTYPE_I64));
@@ -311,7 +295,7 @@ static tpu_status_t build_anyall(tpu_build_t* b) {
   if (o != TPU_DTYPE_INVALID) {
     if (o != TPU_DTYPE_BOOL && o != TPU_DTYPE_U8)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "%s only supports bool tensor for result, got: %s",
-                      d->fn, c10_name(o));
+                      d->fn, tpu__dtype_c10_name(o));
     res = o;
   }
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
@@ -352,7 +336,7 @@ static tpu_status_t build_logsumexp(tpu_build_t* b) {
   if (o != TPU_DTYPE_INVALID) {
     if (!tpu_dtype_is_floating(o))
       return tpu__err(b, TPU_INVALID_ARGUMENT,
-                      "logsumexp(): Expected floating point type for result tensor, but got: %s", c10_name(o));
+                      "logsumexp(): Expected floating point type for result tensor, but got: %s", tpu__dtype_c10_name(o));
     res = o;
   }
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
@@ -380,19 +364,19 @@ static tpu_status_t build_norm(tpu_build_t* b) {
     if (d->linalg)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "linalg.vector_norm: Expected a floating point or complex tensor as input. Got %s",
-                      c10_name(x->dtype));
+                      tpu__dtype_c10_name(x->dtype));
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "norm(): input dtype should be either floating point or complex. Got %s instead.",
-                    c10_name(x->dtype));
+                    tpu__dtype_c10_name(x->dtype));
   }
   if (dt != TPU_DTYPE_INVALID) {
     if (!tpu_dtype_is_floating(dt))
       return tpu__err(b, TPU_INVALID_ARGUMENT,
-                      "linalg.vector_norm: dtype should be floating point or complex, but got %s", c10_name(dt));
+                      "linalg.vector_norm: dtype should be floating point or complex, but got %s", tpu__dtype_c10_name(dt));
     if (tpu__promote(x->dtype, dt) != dt)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "linalg.vector_norm: the dtype of the input (%s) should be convertible without "
-                      "narrowing to the specified dtype (%s)", c10_name(x->dtype), c10_name(dt));
+                      "narrowing to the specified dtype (%s)", tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(dt));
   }
   rdims_t r;
   TPU_RETURN_IF_ERROR(read_dims(b, x, d->dim_arg, true, keepdim, &r));
@@ -445,7 +429,7 @@ static tpu_status_t build_scan(tpu_build_t* b) {
   if (is_lcse) {
     res = tpu_dtype_is_floating(x->dtype) ? x->dtype : tpu__default_float();
     if (!tpu_dtype_is_floating(x->dtype))
-      return tpu__err(b, TPU_UNIMPLEMENTED, "\"logcumsumexp_out_cpu\" not implemented for '%s'", c10_name(x->dtype));
+      return tpu__err(b, TPU_UNIMPLEMENTED, "\"logcumsumexp_out_cpu\" not implemented for '%s'", tpu__dtype_c10_name(x->dtype));
     TPU_RETURN_IF_ERROR(out_exact(b, 0, 1, res));
   } else if (b->variant == TPU_VARIANT_INPLACE) {
     if (dt != TPU_DTYPE_INVALID && dt != x->dtype)
@@ -507,7 +491,7 @@ static tpu_status_t build_softmax(tpu_build_t* b) {
   if (!tpu_dtype_is_floating(x->dtype))
     return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'",
                     *kind == TPU_KIND_RED_SOFTMAX ? "softmax_kernel_impl" : "log_softmax_kernel_impl",
-                    c10_name(x->dtype));
+                    tpu__dtype_c10_name(x->dtype));
   TPU_RETURN_IF_ERROR(out_exact(b, 0, 1, x->dtype));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
   set_node(b, *kind, tpu__compute_dtype(x->dtype), wd, TPU_DTYPE_INVALID);
@@ -533,9 +517,9 @@ static tpu_status_t build_softmax_bwd(tpu_build_t* b) {
                     "'output' (while checking arguments for softmax_backward)");
   if (g->dtype != y->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s",
-                    c10_name(g->dtype), c10_name(y->dtype));
+                    tpu__dtype_c10_name(g->dtype), tpu__dtype_c10_name(y->dtype));
   if (!tpu_dtype_is_floating(g->dtype))
-    return tpu__err(b, TPU_UNIMPLEMENTED, "\"softmax_backward\" not implemented for '%s'", c10_name(g->dtype));
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"softmax_backward\" not implemented for '%s'", tpu__dtype_c10_name(g->dtype));
   TPU_RETURN_IF_ERROR(out_exact(b, 0, 1, g->dtype));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, g));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, y));

@@ -84,3 +84,19 @@ tpu_dtype_t tpu__compute_dtype(tpu_dtype_t r) {
 }
 
 tpu_dtype_t tpu__default_float(void) { return TPU_DTYPE_F32; }
+
+const char* tpu__dtype_c10_name(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_U8: return "Byte";
+    case TPU_DTYPE_I8: return "Char";
+    case TPU_DTYPE_I16: return "Short";
+    case TPU_DTYPE_I32: return "Int";
+    case TPU_DTYPE_I64: return "Long";
+    case TPU_DTYPE_F16: return "Half";
+    case TPU_DTYPE_F32: return "Float";
+    case TPU_DTYPE_F64: return "Double";
+    case TPU_DTYPE_BOOL: return "Bool";
+    case TPU_DTYPE_BF16: return "BFloat16";
+    default: return "Undefined";
+  }
+}

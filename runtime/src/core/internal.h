@@ -141,5 +141,9 @@ bool tpu__can_cast(tpu_dtype_t from, tpu_dtype_t to);
 /* f32 for f32/bf16/f16, f64 for f64, i64 for integers and bool. */
 tpu_dtype_t tpu__compute_dtype(tpu_dtype_t result);
 tpu_dtype_t tpu__default_float(void); /* float32 */
+/* c10's name for a dtype ("Float", "BFloat16"), as PyTorch's error messages print it. */
+const char* tpu__dtype_c10_name(tpu_dtype_t dtype);
+/* "[2, 3]" into buf. */
+void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* sizes);
 
 #endif /* TPURT_CORE_INTERNAL_H_ */

@@ -97,6 +97,13 @@ tpu_status_t tpu__node_set_ilist(tpu_node_t* n, const int64_t* v, int len) {
   return NULL;
 }
 
+void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
+  size_t o = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < nd && o < cap; ++i)
+    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
+  if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
 int tpu_node_output_count(const tpu_node_t* n) { return n->n_out; }
 
 void tpu_node_output_meta(const tpu_node_t* n, int i, tpu_dtype_t* dt, int32_t* nd, int64_t* sz) {
@@ -104,13 +111,6 @@ void tpu_node_output_meta(const tpu_node_t* n, int i, tpu_dtype_t* dt, int32_t* 
   *dt = op->dtype;
   *nd = op->ndim;
   for (int k = 0; k < op->ndim; ++k) sz[k] = op->sizes[k];
-}
-
-static void fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
-  size_t o = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < nd && o < cap; ++i)
-    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
-  if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
 tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
@@ -123,8 +123,8 @@ tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
   for (int k = 0; same && k < v->ndim; ++k) same = v->sizes[k] == op->sizes[k];
   if (!same) {
     char a[256], b[256];
-    fmt_shape(a, sizeof a, v->ndim, v->sizes);
-    fmt_shape(b, sizeof b, op->ndim, op->sizes);
+    tpu__fmt_shape(a, sizeof a, v->ndim, v->sizes);
+    tpu__fmt_shape(b, sizeof b, op->ndim, op->sizes);
     return tpu_status_make(TPU_INVALID_ARGUMENT,
                            "%s: output with shape %s doesn't match the broadcast shape %s",
                            tpu_node_name(n), a, b);
