@@ -16,7 +16,7 @@ if os.environ.get("TORCHTPU_METADATA_ONLY") != "1":
         CppExtension(
             "torchtpu._C",
             sources=[os.path.join("torchtpu", "csrc", f)
-                     for f in ("device.cpp", "ops.cpp", "module.cpp")],
+                     for f in ("device.cpp", "ops.cpp", "module.cpp", "site.cpp")],
             include_dirs=[os.path.join(RUNTIME, "include")],
             extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
             library_dirs=[BLAS_LIB],

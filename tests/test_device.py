@@ -111,7 +111,14 @@ def test_generator_reproducible():
     torch.tpu.manual_seed_all(1)
 
 
-def test_memory_stats_and_empty_cache():
+@pytest.fixture
+def strict_mode():
+    """Allocation-time semantics: defer_and_fuse takes memory only when a value is written."""
+    with torchtpu.set_eager_mode("strict"):
+        yield
+
+
+def test_memory_stats_and_empty_cache(strict_mode):
     torch.tpu.synchronize()
     base = torch.tpu.memory_allocated()
     t = torch.empty(1 << 20, device="tpu")
@@ -129,7 +136,7 @@ def test_memory_stats_and_empty_cache():
 
 
 def test_out_of_memory_raises_and_recovers():
-    code = ("import torch, torchtpu\n"
+    code = ("import torch, torchtpu\ntorchtpu.set_eager_mode('strict')\n"
             "try:\n    torch.empty(1 << 22, device='tpu')\nexcept torch.OutOfMemoryError as e:\n"
             "    print('OOM', 'capacity' in str(e))\n"
             "x = torch.ones(1000, device='tpu'); print(x.sum().item() if hasattr(x, 'sum') else 0)\n")

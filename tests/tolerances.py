@@ -21,3 +21,16 @@ def assert_close(actual, expected, dtype=None, **override):
     kw = tol(dtype or expected.dtype)
     kw.update(override)
     torch.testing.assert_close(actual.cpu(), expected, **kw)
+
+
+# Per-op overrides, only where truly needed, each with its reason:
+# {(op, dtype): (dict(atol=..., rtol=...), "reason")}. `op` is an OpInfo key (see
+# tests/opinfo/tables.py) or a test's own op name.
+OP_TOLERANCES = {
+}
+
+
+def op_tol(op, dtype):
+    """The tolerance for one op's results in one dtype: the override if any, else tol()."""
+    over = OP_TOLERANCES.get((op, dtype))
+    return dict(over[0]) if over is not None else dict(tol(dtype))

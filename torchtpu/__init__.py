@@ -10,7 +10,12 @@ import torch
 from . import _C  # noqa: E402  (loads libtpurt and registers kernels)
 from . import device as _device_module  # noqa: E402
 
-__all__ = ["fallback_report", "set_fallback", "get_fallback", "native_ops"]
+from . import modes  # noqa: E402
+from .modes import (  # noqa: E402
+    eager_mode, explain, flush, get_eager_mode, set_debug_options, set_eager_mode, trace)
+
+__all__ = ["fallback_report", "set_fallback", "get_fallback", "native_ops", "set_eager_mode",
+           "eager_mode", "get_eager_mode", "set_debug_options", "trace", "explain", "flush"]
 
 
 def _register() -> None:
@@ -27,6 +32,7 @@ def _register() -> None:
 
 
 _register()
+modes._init_from_env()
 
 
 def _autoload() -> None:

@@ -7,8 +7,11 @@ ENV_VARS = {
     "TPU_VISIBLE_DEVICES": "(C) comma-separated device list; its length is the device count "
                            "when TORCHTPU_NUM_DEVICES is unset",
     "TORCHTPU_HBM_BYTES": "(C) per-device memory capacity in bytes (default: half of host RAM)",
-    "TPU_LAUNCH_BLOCKING": "(C) 1: every op finishes before the next is issued, errors "
-                           "surface at the op that caused them (default 0)",
+    "TORCHTPU_EAGER_MODE": "strict (default), debug or defer_and_fuse",
+    "TPU_LAUNCH_BLOCKING": "1: debug eager mode (launch-blocking with checks) unless "
+                           "TORCHTPU_EAGER_MODE says otherwise; the C queue also blocks",
+    "TORCHTPU_DEBUG_NAN": "debug mode's NaN/Inf check: raise (default), warn or off",
+    "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 1024)",
     "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
                          "'allow' (run silently), 'error' (raise NotImplementedError)",
     "TORCH_DEVICE_BACKEND_AUTOLOAD": "PyTorch's: 0 disables loading torchtpu on `import torch`",

@@ -44,6 +44,17 @@ int64_t draw_seed(const std::optional<at::Generator>& gen, c10::DeviceIndex d);
 // Storage resize used by resize_, set_ and FSDP's storage.resize_().
 void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 
+// "file.py:42 in fn" of the innermost Python frame outside torch and torchtpu, or "" when
+// the calling thread runs no Python (e.g. the autograd engine's device thread).
+// Takes the GIL; used only where the cost is acceptable (debug mode, graph cuts).
+std::string python_call_site();
+// Sets libtpurt's call site for a host read (a graph cut in defer_and_fuse) while alive.
+struct CutSite {
+  CutSite();
+  ~CutSite();
+  bool active;
+};
+
 // The counted, refusable CPU fallback (ops.cpp).
 void cpu_fallback_boxed(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);
 std::vector<std::pair<std::string, int64_t>> fallback_counts();

@@ -36,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_current_device", [] { return int(current_device()); });
   m.def("_set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_synchronize", [](int d) {
+    CutSite site;
     tpu_status_t st;
     {
       py::gil_scoped_release nogil;
@@ -56,5 +57,43 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_fallback", &fallback_mode);
   m.def("_native_ops", &native_op_names);
   m.def("_skipped_ops", &skipped_op_names);
+  m.def("_set_eager_mode", [](int mode) { check(tpu_set_eager_mode(static_cast<tpu_eager_mode_t>(mode))); });
+  m.def("_get_eager_mode", [] { return int(tpu_get_eager_mode()); });
+  m.def("_set_nan_check", [](int p) { tpu_set_nan_check(p); });
+  m.def("_flush", [](int d, const std::string& reason) {
+    CutSite site;
+    check(tpu_flush(d, reason.c_str()));
+  });
+  m.def("_explain", [] {
+    py::list out;
+    tpu_cut_record_t r;
+    for (int i = 0; tpu_explain_get(i, &r); ++i) {
+      py::dict d;
+      d["reason"] = r.reason; d["site"] = r.site; d["device"] = r.device; d["ops"] = r.nodes;
+      d["kernels"] = r.kernels; d["fused_groups"] = r.fused_groups; d["fused_ops"] = r.fused_nodes;
+      d["internal_values"] = r.internal_values; d["cache_hit"] = r.cache_hit;
+      d["key"] = r.key; d["plan_us"] = r.plan_us; d["run_us"] = r.run_us;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("_explain_clear", [] { tpu_explain_clear(); });
+  m.def("_plan_cache_stats", [] {
+    uint64_t plans, hits;
+    tpu_plan_cache_stats(&plans, &hits);
+    return py::make_tuple(plans, hits);
+  });
+  m.def("_trace", [] {
+    py::list out;
+    tpu_trace_record_t r;
+    for (int i = 0; tpu_trace_get(i, &r); ++i) {
+      py::dict d;
+      d["op"] = r.op; d["shapes"] = r.shapes; d["site"] = r.site; d["us"] = r.us;
+      d["path"] = r.fallback ? "fallback" : "native";
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("_trace_clear", [] { tpu_trace_clear(); });
   m.def("_set_call_site", [](const std::string& s) { tpu_set_call_site(s.empty() ? nullptr : s.c_str()); });
 }

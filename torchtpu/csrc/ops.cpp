@@ -18,6 +18,7 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -73,6 +74,8 @@ void scalar_arg(tpu_arg_t& a, const c10::Scalar& s, const std::string& op) {
 void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, n_args);
   c10::DeviceIndex dev = device_of_args(args);
+  const bool debug = tpu_get_eager_mode() == TPU_EAGER_DEBUG;
+  if (debug) tpu_set_call_site(python_call_site().c_str());
   std::vector<tpu_arg_t> targs(n_args);
   std::vector<at::Tensor> keep;                 // uploaded CPU tensors stay alive
   // Per-argument backing storage for list arguments (outlives tpu_op_prepare).
@@ -196,7 +199,13 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     tpu_node_discard(node);
     throw;
   }
-  check(tpu_node_submit(node));
+  tpu_status_t sub = tpu_node_submit(node);
+  if (debug) {
+    tpu_set_call_site(nullptr);
+    char w[512];
+    while (tpu_take_warning(w, sizeof w)) TORCH_WARN(w);
+  }
+  check(sub);
   torch::jit::drop(*stack, n_args);
   size_t next = 0;
   for (bool is_tensor : ret_is_tensor) {
@@ -226,13 +235,21 @@ void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     first = g_fb_counts[name]++ == 0;
     mode = g_fb_mode;
   }
+  const bool debug = tpu_get_eager_mode() == TPU_EAGER_DEBUG;
+  if (debug) tpu_set_call_site(python_call_site().c_str());
   TORCH_CHECK_NOT_IMPLEMENTED(mode != "error", name,
       " has no native tpu kernel and the CPU fallback is disabled "
       "(torchtpu.set_fallback(\"error\")). Enable it with torchtpu.set_fallback(\"warn\").");
   if (first && mode == "warn")
     TORCH_WARN(name, " is not implemented natively for tpu; running it on the CPU "
                "(slow: data moves to the host and back). See torchtpu.fallback_report().");
+  auto t0 = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  if (debug) {
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    tpu_trace_fallback(name.c_str(), us);
+    tpu_set_call_site(nullptr);
+  }
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_counts() {
@@ -335,6 +352,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   // tpu -> cpu: read src densely in its own dtype, then let CPU convert/stride.
+  CutSite site;
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   tpu_view_t v = view_of(self);
   check(tpu_copy_to_host(&v, host.data_ptr()));
@@ -349,6 +367,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
+  CutSite site;
   return self.cpu().item();
 }
 

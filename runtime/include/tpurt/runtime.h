@@ -38,6 +38,70 @@ tpu_status_t tpu_device_props(int device, tpu_device_props_t* out_props);
  * clears it. */
 tpu_status_t tpu_device_synchronize(int device);
 
+/* ---- eager modes (docs/modes.md) -----------------------------------------------------
+ * strict:         each op is one node queued at once; Python blocks only to read data.
+ * debug:          strict plus launch-blocking and checks (NaN/Inf per floating output,
+ *                 naming the op and call site; a per-op trace).
+ * defer_and_fuse: ops are appended to a per-device pending graph; device memory is
+ *                 taken only when a value is materialized. The graph is cut at host
+ *                 reads, synchronize, a mode change, a size limit, and when the op stream
+ *                 repeats the previous graph; a cut graph is partitioned into fused
+ *                 elementwise groups and single kernels, planned once per structure
+ *                 (cached), and queued. */
+typedef enum tpu_eager_mode_e {
+  TPU_EAGER_STRICT = 0,
+  TPU_EAGER_DEBUG = 1,
+  TPU_EAGER_DEFER = 2,
+} tpu_eager_mode_t;
+
+/* Flushes every device's pending graph, then switches. Process-wide. */
+tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode);
+tpu_eager_mode_t tpu_get_eager_mode(void);
+
+/* Debug mode's NaN/Inf check: 0 off, 1 warn, 2 raise (default). */
+void tpu_set_nan_check(int policy);
+/* Takes the oldest pending debug warning into buf; returns false when none is left. */
+bool tpu_take_warning(char* buf, size_t cap);
+
+/* Cuts the device's pending graph (no-op outside defer_and_fuse) and queues it. reason
+ * is copied into the explain log, with the current call site. */
+tpu_status_t tpu_flush(int device, const char* reason);
+
+/* One record per cut graph, for torchtpu.explain(). Times in microseconds; run_us is
+ * filled in when the graph has run (0 before). */
+typedef struct tpu_cut_record_s {
+  char reason[96];
+  char site[192];
+  int device;
+  int nodes;          /* ops in the graph */
+  int kernels;        /* kernels launched: fused groups + single ops */
+  int fused_groups;   /* groups of >= 2 elementwise ops run as one tile loop */
+  int fused_nodes;    /* ops inside those groups */
+  int internal_values;/* intermediates never written to memory */
+  bool cache_hit;     /* the plan came from the plan cache */
+  uint64_t key;       /* structural key of the graph */
+  double plan_us, run_us;
+} tpu_cut_record_t;
+int tpu_explain_count(void);
+bool tpu_explain_get(int i, tpu_cut_record_t* out);
+void tpu_explain_clear(void);
+/* Plans built since the last clear (cache misses) and cache hits. */
+void tpu_plan_cache_stats(uint64_t* out_plans, uint64_t* out_hits);
+
+/* Debug mode's per-op trace. */
+typedef struct tpu_trace_record_s {
+  char op[96];
+  char shapes[256]; /* "float32[2, 3], float32[3] -> float32[2, 3]" */
+  char site[192];
+  double us;
+  bool fallback;
+} tpu_trace_record_t;
+int tpu_trace_count(void);
+bool tpu_trace_get(int i, tpu_trace_record_t* out);
+void tpu_trace_clear(void);
+/* The adapter records an op that ran through the CPU fallback (debug mode only). */
+void tpu_trace_fallback(const char* op, double us);
+
 /* ---- memory ----------------------------------------------------------------------- */
 
 typedef struct tpu_memory_stats_s {

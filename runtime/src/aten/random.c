@@ -60,6 +60,7 @@ static tpu_status_t not_implemented(tpu_build_t* b, const char* kernel, tpu_dtyp
 
 /* The Generator argument: a seed, or None (C tests only). */
 static tpu_status_t read_seed(tpu_build_t* b, int i) {
+  b->node->runtime_ia |= 1u; /* the seed is a run-time input, not part of a plan's key */
   return tpu__arg_int_opt(b, i, 0, &b->node->ia[0]);
 }
 
@@ -494,6 +495,7 @@ static tpu_status_t build_dropout(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   /* native_dropout's schema has no Generator: the entry is flagged TPU_ATEN_NEEDS_SEED,
    * so the adapter appends a seed drawn from the tpu generator as argument 3. */
+  n->runtime_ia |= 1u;
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &n->ia[0]));
   int64_t numel = 1;
   for (int i = 0; i < in->ndim; ++i) numel *= in->sizes[i];

@@ -46,7 +46,8 @@ tpu_status_t tpu_copy_from_host(const tpu_view_t* dst, const void* src) {
   tpu_value_t* staged;
   int device = dst->storage->device;
   TPU_RETURN_IF_ERROR(tpu__value_create(device, nbytes, &staged));
-  tpu_status_t st = tpu__driver()->vt->write(tpu__driver(), staged, 0, src, nbytes);
+  tpu_status_t st = tpu__value_materialize(staged); /* holds data now, in every mode */
+  if (!st) st = tpu__driver()->vt->write(tpu__driver(), staged, 0, src, nbytes);
   if (st) { tpu__value_release(staged); return st; }
   tpu_node_t* n = tpu__node_create();
   if (!n) { tpu__value_release(staged); return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM"); }
@@ -72,7 +73,9 @@ tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst) {
   if (!view_in_bounds(src))
     return tpu_status_make(TPU_INVALID_ARGUMENT, "copy from tpu: source view out of bounds");
   int device = src->storage->device;
+  TPU_RETURN_IF_ERROR(tpu_flush(device, "host read (.item(), .cpu(), print, ...)"));
   TPU_RETURN_IF_ERROR(tpu_device_synchronize(device));
+  TPU_RETURN_IF_ERROR(tpu__value_materialize(src->storage->value));
   int64_t numel = tpu_view_numel(src);
   if (numel == 0) return NULL;
   size_t isz = tpu_dtype_size(src->dtype);

@@ -38,7 +38,10 @@ typedef struct tpu_value_s {
   void* data; /* device memory; for the host driver, host-addressable */
 } tpu_value_t;
 
+/* Creates a value. In defer_and_fuse mode no device memory is taken yet (data NULL);
+ * tpu__value_materialize allocates it when a kernel first touches the value. */
 tpu_status_t tpu__value_create(int device, uint64_t nbytes, tpu_value_t** out_value);
+tpu_status_t tpu__value_materialize(tpu_value_t* v);
 void tpu__value_retain(tpu_value_t* v);
 void tpu__value_release(tpu_value_t* v); /* accepts NULL */
 
@@ -81,10 +84,18 @@ struct tpu_node_s {
   int64_t* ilist;                 /* one owned int-list attribute (dims, sizes, ...) */
   int ilist_len;
   char* site;                     /* caller description for messages, owned */
+  uint32_t flags;                 /* TPU_NODE_* */
+  uint32_t runtime_ia;            /* bit i: ia[i] is a run-time value (a seed), like a
+                                     scalar operand: not part of a graph's structure */
+  struct tpu_graph_s* graph;      /* kind GRAPH: the cut graph this node runs */
   struct tpu_node_s* next;        /* queue link */
 };
 
+#define TPU_NODE_DEBUG 1u /* debug mode: check outputs, record in the trace */
+
 tpu_node_t* tpu__node_create(void); /* NULL on host OOM */
+/* This thread's call site set by tpu_set_call_site (borrowed; NULL if none). */
+const char* tpu__current_site(void);
 /* Adds an input that reads view's storage's current value. */
 tpu_status_t tpu__node_add_input(tpu_node_t* n, const tpu_view_t* view);
 tpu_status_t tpu__node_add_scalar(tpu_node_t* n, double d, int64_t i, tpu_dtype_t dtype);
@@ -106,7 +117,20 @@ int64_t tpu__operand_numel(const tpu_operand_t* op);
 bool tpu__operand_is_contiguous(const tpu_operand_t* op);
 
 /* ---- execution */
-tpu_status_t tpu__queue_submit(int device, tpu_node_t* node); /* consumes node */
+/* Mode-aware submission: strict/debug queue the node, defer_and_fuse appends it to the
+ * device's pending graph. Consumes node. */
+tpu_status_t tpu__queue_submit(int device, tpu_node_t* node);
+/* Queues on the device's worker; wait: block until it ran and return its error. */
+tpu_status_t tpu__queue_push(int device, tpu_node_t* node, bool wait);
+/* Runs one node through the driver with debug checks and the trace (queue thread). */
+tpu_status_t tpu__node_run(int device, tpu_node_t* node);
+extern _Atomic int tpu__eager_mode; /* tpu_eager_mode_t */
+/* Pending graphs (core/graph.c). */
+tpu_status_t tpu__graph_append(int device, tpu_node_t* node);
+tpu_status_t tpu__graph_run(int device, struct tpu_graph_s* graph); /* queue thread */
+void tpu__graph_free(struct tpu_graph_s* graph);
+/* Debug-mode records (core/debug.c). */
+void tpu__debug_after_run(tpu_node_t* node, double us, tpu_status_t* inout_status);
 void tpu__node_free(tpu_node_t* node);
 const char* tpu__node_describe(const tpu_node_t* node);  /* "aten::add.Tensor" */
 
@@ -124,6 +148,12 @@ typedef struct tpu_driver_vtable_s {
   /* Copies between host memory and a value (host driver: memcpy). */
   tpu_status_t (*write)(tpu_driver_t* d, tpu_value_t* dst, uint64_t off, const void* src, uint64_t n);
   tpu_status_t (*read)(tpu_driver_t* d, const tpu_value_t* src, uint64_t off, void* dst, uint64_t n);
+  /* Optional (NULL: no fusion). can_fuse: the node is an elementwise op the driver can
+   * run inside a fused tile loop. run_group: runs nodes[0..k) as one loop; internal[i]
+   * says node i's output is consumed only inside the group and is never written to
+   * memory (its value stays unmaterialized). */
+  bool (*can_fuse)(tpu_driver_t* d, const tpu_node_t* node);
+  tpu_status_t (*run_group)(tpu_driver_t* d, tpu_node_t* const* nodes, int k, const uint8_t* internal);
 } tpu_driver_vtable_t;
 struct tpu_driver_s { const tpu_driver_vtable_t* vt; };
 

@@ -9,6 +9,8 @@ void tpu_set_call_site(const char* site) {
   tls_site = site ? tpu__strdup(site) : NULL;
 }
 
+const char* tpu__current_site(void) { return tls_site; }
+
 tpu_node_t* tpu__node_create(void) {
   tpu_node_t* n = tpu__calloc(1, sizeof(*n));
   if (!n) return NULL;

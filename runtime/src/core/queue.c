@@ -5,10 +5,13 @@
  * reported (with the op's name and call site) by the next synchronize, after which
  * nodes queued behind the failed one are still run: they read well-defined, if stale,
  * memory, exactly as a CUDA stream does after a kernel fault. TPU_LAUNCH_BLOCKING=1
- * makes submit wait for the node, so the error surfaces at the op that caused it. */
+ * makes submit wait for the node, so the error surfaces at the op that caused it; debug
+ * mode does the same and checks each node's outputs. defer_and_fuse does not queue
+ * single nodes: core/graph.c queues whole cut graphs as one GRAPH item. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/internal.h"
 
@@ -40,12 +43,28 @@ static void init_queues(void) {
   launch_blocking = e && *e && *e != '0';
 }
 
-static void run_node(queue_t* q, tpu_node_t* n) {
-  tpu_status_t st = tpu__driver()->vt->execute(tpu__driver(), q->device, n);
-  if (st) {
-    st = tpu_status_annotate(st, "error in %s%s%s (raised asynchronously; reported at this "
-                             "synchronization)", tpu__node_describe(n),
+_Atomic int tpu__eager_mode = TPU_EAGER_STRICT;
+
+tpu_status_t tpu__node_run(int device, tpu_node_t* n) {
+  if (n->kind == TPU_KIND_GRAPH) return tpu__graph_run(device, n->graph);
+  struct timespec t0, t1;
+  bool debug = n->flags & TPU_NODE_DEBUG;
+  if (debug) clock_gettime(CLOCK_MONOTONIC, &t0);
+  tpu_status_t st = tpu__driver()->vt->execute(tpu__driver(), device, n);
+  if (debug) {
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
+    tpu__debug_after_run(n, us, &st);
+  }
+  if (st)
+    st = tpu_status_annotate(st, "error in %s%s%s", tpu__node_describe(n),
                              n->site ? " called at " : "", n->site ? n->site : "");
+  return st;
+}
+
+static void run_node(queue_t* q, tpu_node_t* n) {
+  tpu_status_t st = tpu__node_run(q->device, n);
+  if (st) {
     pthread_mutex_lock(&q->mu);
     if (!q->error) q->error = st; else tpu_status_free(st);
     pthread_mutex_unlock(&q->mu);
@@ -77,7 +96,7 @@ static queue_t* get_queue(int device) {
   return &queues[device];
 }
 
-tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
+tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) {
   queue_t* q = get_queue(device);
   if (!q) { tpu__node_free(n); return tpu_status_make(TPU_INVALID_ARGUMENT, "bad device %d", device); }
   n->next = NULL;
@@ -95,7 +114,7 @@ tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
   q->tail = n;
   uint64_t ticket = ++q->submitted;
   pthread_cond_signal(&q->cv_work);
-  if (launch_blocking) {
+  if (wait) {
     while (q->completed < ticket) pthread_cond_wait(&q->cv_done, &q->mu);
     tpu_status_t err = q->error;
     q->error = NULL;
@@ -106,15 +125,30 @@ tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
   return NULL;
 }
 
+tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
+  pthread_once(&queues_once, init_queues);
+  switch (atomic_load_explicit(&tpu__eager_mode, memory_order_relaxed)) {
+    case TPU_EAGER_DEFER:
+      return tpu__graph_append(device, n);
+    case TPU_EAGER_DEBUG:
+      n->flags |= TPU_NODE_DEBUG;
+      return tpu__queue_push(device, n, true);
+    default:
+      return tpu__queue_push(device, n, launch_blocking);
+  }
+}
+
 tpu_status_t tpu_device_synchronize(int device) {
   if (device < 0 || device >= tpu_device_count())
     return tpu_status_make(TPU_INVALID_ARGUMENT, "invalid device index %d (device count %d)",
                            device, tpu_device_count());
+  tpu_status_t flushed = tpu_flush(device, "torch.tpu.synchronize() / host read");
   queue_t* q = get_queue(device);
   pthread_mutex_lock(&q->mu);
   while (q->completed < q->submitted) pthread_cond_wait(&q->cv_done, &q->mu);
   tpu_status_t err = q->error;
   q->error = NULL;
   pthread_mutex_unlock(&q->mu);
+  if (flushed) { tpu_status_free(err); return flushed; }
   return err;
 }

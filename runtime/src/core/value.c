@@ -8,6 +8,10 @@ tpu_status_t tpu__value_create(int device, uint64_t nbytes, tpu_value_t** out) {
   v->device = device;
   v->nbytes = nbytes;
   v->data = NULL;
+  if (atomic_load_explicit(&tpu__eager_mode, memory_order_relaxed) == TPU_EAGER_DEFER) {
+    *out = v; /* memory is taken at materialization, if the value is ever written */
+    return NULL;
+  }
   tpu_status_t st = tpu__pool_alloc(device, nbytes, &v->data);
   if (st && tpu_status_code(st) == TPU_OUT_OF_MEMORY) {
     /* Values released by queued ops come back only when those ops have run: drain the
@@ -26,11 +30,18 @@ tpu_status_t tpu__value_create(int device, uint64_t nbytes, tpu_value_t** out) {
   return NULL;
 }
 
+tpu_status_t tpu__value_materialize(tpu_value_t* v) {
+  if (v->data) return NULL;
+  /* Runs on the queue thread: the device's earlier work has completed, so there is no
+   * queue to drain for memory before reporting out-of-memory. */
+  return tpu__pool_alloc(v->device, v->nbytes, &v->data);
+}
+
 void tpu__value_retain(tpu_value_t* v) { if (v) atomic_fetch_add(&v->refs, 1); }
 
 void tpu__value_release(tpu_value_t* v) {
   if (!v || atomic_fetch_sub(&v->refs, 1) != 1) return;
-  tpu__pool_free(v->device, v->data, v->nbytes);
+  if (v->data) tpu__pool_free(v->device, v->data, v->nbytes);
   tpu__free(v);
 }
 

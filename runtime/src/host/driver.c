@@ -67,9 +67,14 @@ static tpu_status_t host_execute(tpu_driver_t* d, int device, tpu_node_t* n) {
   if (!fn)
     return tpu_status_make(TPU_UNIMPLEMENTED, "host driver has no kernel for op kind %s",
                            tpu__kind_name(n->kind));
-  for (int i = 0; i < n->n_out; ++i)
-    if (!n->out_bound[i] && !tpu__output_absent(&n->out[i]))
+  for (int i = 0; i < n->n_out; ++i) {
+    if (tpu__output_absent(&n->out[i])) continue;
+    if (!n->out_bound[i])
       return tpu_status_make(TPU_INTERNAL, "%s: output %d not bound", tpu__node_describe(n), i);
+    TPU_RETURN_IF_ERROR(tpu__value_materialize(n->out[i].value));
+  }
+  for (int i = 0; i < n->n_in; ++i)
+    if (n->in[i].value) TPU_RETURN_IF_ERROR(tpu__value_materialize(n->in[i].value));
   return fn(n);
 }
 
@@ -94,6 +99,8 @@ static const tpu_driver_vtable_t host_vtable = {
     .execute = host_execute,
     .write = host_write,
     .read = host_read,
+    .can_fuse = tpu__host_can_fuse,
+    .run_group = tpu__host_run_group,
 };
 
 static tpu_driver_t host_driver = {&host_vtable};

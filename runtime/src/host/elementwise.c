@@ -5,10 +5,9 @@
 
 #include "host/host.h"
 
-/* Integer division by zero found inside a tile. Tile functions cannot return a status,
- * and a node's tiles all run on the calling (queue) thread, so a thread-local flag
- * carries the fault back to the kernel, which turns it into the op's error. */
-static _Thread_local bool ew_zero_div;
+/* Integer division by zero found inside a tile is raised with tpu__tile_fault() (tile
+ * functions cannot return a status; tiles may run on pool threads) and turned into the
+ * op's error by run_tiles_div. */
 
 #define TILE_BODY(T, PSRC, LOAD, EXPR)                                                    \
   {                                                                                       \
@@ -44,12 +43,12 @@ static _Thread_local bool ew_zero_div;
 /* ---- scalar helpers ---------------------------------------------------------------- */
 
 static inline int64_t idiv_trunc(int64_t a, int64_t b) {
-  if (b == 0) { ew_zero_div = true; return 0; }
+  if (b == 0) { tpu__tile_fault(); return 0; }
   if (b == -1) return USUB(0, a); /* INT64_MIN / -1 traps on x86 */
   return a / b;
 }
 static inline int64_t imod_trunc(int64_t a, int64_t b) {
-  if (b == 0) { ew_zero_div = true; return 0; }
+  if (b == 0) { tpu__tile_fault(); return 0; }
   if (b == -1) return 0;
   return a % b;
 }
@@ -307,6 +306,10 @@ TILE_I(rshift, 2, b < 0 || b >= 64 ? a >> 63 : a >> b)
 
 typedef struct { tpu_tile_fn f32, f64, i64; } tiles_t;
 static tiles_t tiles[TPU_KIND_COUNT];
+/* Kinds whose kernel is exactly run_tiles (no side checks): safe inside a fused loop. */
+static bool pure[TPU_KIND_COUNT];
+/* Division kinds check for integer division by zero; their float kernels are pure. */
+static bool zero_div[TPU_KIND_COUNT];
 
 #define EW_IA_RESULT (TPU_NODE_NUM_IATTR - 1) /* the builders' result dtype slot */
 
@@ -339,10 +342,10 @@ static tpu_status_t run_tiles(tpu_node_t* n) {
 /* Integer division kinds: a zero divisor is the op's error (PyTorch raises
  * "ZeroDivisionError" as a RuntimeError). */
 static tpu_status_t run_tiles_div(tpu_node_t* n) {
-  ew_zero_div = false;
+  tpu__tile_take_fault();
   tpu_status_t st = run_tiles(n);
-  if (!st && ew_zero_div) st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: ZeroDivisionError", tpu__node_describe(n));
-  ew_zero_div = false;
+  if (tpu__tile_take_fault() && !st)
+    st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: ZeroDivisionError", tpu__node_describe(n));
   return st;
 }
 
@@ -354,10 +357,24 @@ static tpu_status_t run_log_sigmoid(tpu_node_t* n) {
   return tpu__tile_run_ops(n, &n->out[1], ins, 1, n->compute, g);
 }
 
-#define REG_FI(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, name##_i64}; table[TPU_KIND_##K] = run_tiles;
-#define REG_F(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, NULL}; table[TPU_KIND_##K] = run_tiles;
-#define REG_I(K, name) tiles[TPU_KIND_##K] = (tiles_t){NULL, NULL, name##_i64}; table[TPU_KIND_##K] = run_tiles;
-#define REG_DIV(K, name) REG_FI(K, name) table[TPU_KIND_##K] = run_tiles_div;
+tpu_tile_fn tpu__elementwise_tile_fn(const tpu_node_t* n) {
+  if (n->kind < 0 || n->kind >= TPU_KIND_COUNT) return NULL;
+  if (!pure[n->kind] && !(zero_div[n->kind] && n->compute != TPU_DTYPE_I64)) return NULL;
+  const tiles_t* t = &tiles[n->kind];
+  tpu_tile_fn fn = n->compute == TPU_DTYPE_F32 ? t->f32 : n->compute == TPU_DTYPE_F64 ? t->f64
+                 : n->compute == TPU_DTYPE_I64 ? t->i64 : NULL;
+  tpu_dtype_t result = (tpu_dtype_t)n->ia[EW_IA_RESULT];
+  if (fn && n->compute == TPU_DTYPE_F32 && n->out[0].dtype != result) {
+    if (result == TPU_DTYPE_F16) fn = f32_round_f16;
+    else if (result == TPU_DTYPE_BF16) fn = f32_round_bf16;
+  }
+  return fn;
+}
+
+#define REG_FI(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, name##_i64}; table[TPU_KIND_##K] = run_tiles; pure[TPU_KIND_##K] = true;
+#define REG_F(K, name) tiles[TPU_KIND_##K] = (tiles_t){name##_f32, name##_f64, NULL}; table[TPU_KIND_##K] = run_tiles; pure[TPU_KIND_##K] = true;
+#define REG_I(K, name) tiles[TPU_KIND_##K] = (tiles_t){NULL, NULL, name##_i64}; table[TPU_KIND_##K] = run_tiles; pure[TPU_KIND_##K] = true;
+#define REG_DIV(K, name) REG_FI(K, name) table[TPU_KIND_##K] = run_tiles_div; pure[TPU_KIND_##K] = false; zero_div[TPU_KIND_##K] = true;
 
 void tpu__host_register_elementwise(tpu_host_kernel_fn* table) {
   REG_FI(ADD, add) REG_FI(SUB, sub) REG_FI(MUL, mul) REG_DIV(DIV, div) REG_FI(EQ, eq) REG_FI(NE, ne)

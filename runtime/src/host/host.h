@@ -18,10 +18,18 @@ typedef tpu_status_t (*tpu_host_kernel_fn)(tpu_node_t* node);
 TPU_HOST_FAMILIES(TPU__DECL_REG)
 #undef TPU__DECL_REG
 
+/* Fusion (host/fuse.c): which nodes a fused tile loop can run, and the loop itself. */
+bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* node);
+tpu_status_t tpu__host_run_group(tpu_driver_t* d, tpu_node_t* const* nodes, int k,
+                                 const uint8_t* internal);
+
 /* Tile engine: output 0 and all inputs are broadcast to output 0's shape; fn sees
  * contiguous tiles in `compute` dtype (scalars arrive as constant tiles). The output
  * tile is converted to output 0's dtype on store. n_in <= 8. */
 typedef void (*tpu_tile_fn)(int64_t n, void* out, const void* const* in, const tpu_node_t* node);
+/* The pure tile function of an elementwise node (NULL if its kernel is not one). */
+tpu_tile_fn tpu__elementwise_tile_fn(const tpu_node_t* node);
+
 tpu_status_t tpu__tile_run(tpu_node_t* node, tpu_dtype_t compute, tpu_tile_fn fn);
 /* Same with explicit input operand list and output operand (for multi-output kernels). */
 tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
@@ -57,6 +65,36 @@ static inline uint16_t tpu__f32_to_bf16(float f) {
   uint32_t lsb = (x.u >> 16) & 1u;
   return (uint16_t)((x.u + 0x7fffu + lsb) >> 16);
 }
+
+/* ---- thread pool (host/pool.c) ----------------------------------------------------
+ * A process-wide pool of persistent workers: TORCHTPU_NUM_THREADS threads if set, else
+ * one per online CPU, the calling thread included. Thread-safe. */
+typedef tpu_status_t (*tpu_parallel_fn)(void* ctx, int64_t begin, int64_t end, int tid);
+/* Threads in the pool (>= 1), the caller counted. Starts the pool on first use. */
+int tpu__num_threads(void);
+/* How many chunks tpu__parallel_for(n, grain, ...) splits into: min(threads, ceil(n/grain)). */
+int tpu__parallel_chunks(int64_t n, int64_t grain);
+/* Runs fn over [0, n) split statically into tpu__parallel_chunks(n, grain) contiguous
+ * chunks; chunk tid runs on thread tid (the caller is thread 0), so kernels index
+ * per-thread scratch by tid (< tpu__num_threads()). Runs serially, as chunk 0 = [0, n),
+ * when there is one chunk or when called from inside a region (nested). When another
+ * thread holds the pool the same chunks run one after another on the caller. Returns the
+ * first error in chunk order (the others are freed). The region must not call BLAS:
+ * BLAS has its own threads (host/linalg.c) and runs only on the queue thread, between
+ * regions, so the two never oversubscribe the cores. */
+tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx);
+/* The chunks of a region run in order on the caller (used when the pool is busy). */
+tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx);
+/* Work (in elements touched) below which kernels stay serial: a region costs a few
+ * microseconds of wake-up, which this much work amortizes. */
+#define TPU_PARALLEL_MIN_WORK 32768
+
+/* Tile functions cannot return a status: one that meets a fault (integer division by
+ * zero) calls tpu__tile_fault(); the kernel that ran the tile engine reads and clears it
+ * with tpu__tile_take_fault() after tpu__tile_run* returns, on the same thread. Faults
+ * raised on pool threads are carried back to the caller. */
+void tpu__tile_fault(void);
+bool tpu__tile_take_fault(void);
 
 #define TPU_HOST_NOMEM() tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory in kernel scratch")
 

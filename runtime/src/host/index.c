@@ -231,6 +231,25 @@ static void split_at(const tpu_operand_t* op, int dim, int64_t* outer, int64_t* 
   }
 }
 
+typedef struct isel_s {
+  const char* src;
+  char* res;
+  const int64_t* idx;
+  int64_t ni, size, inner;
+  size_t es;
+} isel_t;
+
+/* Units are (outer, j) row copies, checked indices only. */
+static tpu_status_t isel_rows(void* arg, int64_t b, int64_t e, int tid) {
+  isel_t* S = arg;
+  for (int64_t u = b; u < e; ++u) {
+    int64_t o = u / S->ni, j = u % S->ni;
+    memcpy(S->res + (size_t)(u * S->inner) * S->es, S->src + (size_t)((o * S->size + S->idx[j]) * S->inner) * S->es,
+           (size_t)S->inner * S->es);
+  }
+  return NULL;
+}
+
 static tpu_status_t index_select_kernel(tpu_node_t* n) {
   tpu_operand_t* out = &n->out[0];
   int dim = (int)n->ia[0];
@@ -249,10 +268,14 @@ static tpu_status_t index_select_kernel(tpu_node_t* n) {
                            tpu__node_describe(n), (long long)idx[j], (long long)size);
       goto done;
     }
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t j = 0; j < ni; ++j)
-      memcpy(res + (size_t)((o * ni + j) * inner) * es, src + (size_t)((o * size + idx[j]) * inner) * es,
-             (size_t)inner * es);
+  {
+    isel_t S = {src, res, idx, ni, size, inner, es};
+    int64_t units = outer * ni;
+    if (units > 1 && units * inner >= TPU_PARALLEL_MIN_WORK)
+      tpu_status_free(tpu__parallel_for(units, TPU_PARALLEL_MIN_WORK / (inner > 0 ? inner : 1) + 1, isel_rows, &S));
+    else
+      isel_rows(&S, 0, units, 0);
+  }
   tpu__unpack(out, res, out->dtype);
 done:
   tpu__free(src); tpu__free(idx); tpu__free(res);

@@ -19,13 +19,11 @@
 
 #include "host/host.h"
 
+/* OpenBLAS gets as many threads as the pool (TORCHTPU_NUM_THREADS or the core count),
+ * set once. BLAS runs only on the queue thread and never inside a pool region, so its
+ * threads and the pool's take turns on the cores instead of oversubscribing them. */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_init(void) {
-  tpu_device_props_t p;
-  int n = 1;
-  if (!tpu__host_driver()->vt->props(tpu__host_driver(), 0, &p)) n = p.core_count;
-  scipy_openblas_set_num_threads(n > 0 ? n : 1);
-}
+static void blas_init(void) { scipy_openblas_set_num_threads(tpu__num_threads()); }
 
 static bool fits_blasint(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
@@ -198,14 +196,24 @@ typedef struct conv_geom_s {
   int64_t kk, npos, nimg;
 } conv_geom_t;
 
-/* col[(c, kernel offset), position] = img[c, position*s - p + offset*d] (0 outside).
- * With add set, the reverse: img += col at those places (col2im). */
-static void im2col(tpu_dtype_t cd, const conv_geom_t* g, int64_t C, void* img, void* col, bool add) {
+typedef struct i2c_s {
+  tpu_dtype_t cd;
+  const conv_geom_t* g;
+  void *img, *col;
+  bool add;
+} i2c_t;
+
+/* Channels [cb, ce): their rows of col and their planes of img belong to no other
+ * channel, so col2im's accumulation never crosses threads. */
+static tpu_status_t im2col_channels(void* arg, int64_t cb, int64_t ce, int tid) {
+  i2c_t* ic = arg;
+  tpu_dtype_t cd = ic->cd;
+  const conv_geom_t* g = ic->g;
+  void *img = ic->img, *col = ic->col;
+  bool add = ic->add;
   int nd = g->nd;
-  int64_t rows = C * g->kk;
   int64_t inner = g->pos[nd - 1], outer = g->npos / (inner ? inner : 1);
-  if (g->npos == 0) return;
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = cb * g->kk; r < ce * g->kk; ++r) {
     int64_t c = r / g->kk, kr = r % g->kk, kv[3] = {0, 0, 0};
     for (int d = nd - 1; d >= 0; --d) { kv[d] = kr % g->k[d]; kr /= g->k[d]; }
     int64_t ov[3] = {0, 0, 0};
@@ -253,6 +261,18 @@ static void im2col(tpu_dtype_t cd, const conv_geom_t* g, int64_t C, void* img, v
       }
     }
   }
+  return NULL;
+}
+
+/* col[(c, kernel offset), position] = img[c, position*s - p + offset*d] (0 outside).
+ * With add set, the reverse: img += col at those places (col2im). */
+static void im2col(tpu_dtype_t cd, const conv_geom_t* g, int64_t C, void* img, void* col, bool add) {
+  if (g->npos == 0) return;
+  i2c_t ic = {cd, g, img, col, add};
+  if (C > 1 && C * g->kk * g->npos >= TPU_PARALLEL_MIN_WORK)
+    tpu_status_free(tpu__parallel_for(C, TPU_PARALLEL_MIN_WORK / (g->kk * g->npos) + 1, im2col_channels, &ic));
+  else
+    im2col_channels(&ic, 0, C, 0);
 }
 
 /* Geometry with the image on `img_op`'s spatial dims and positions on `pos_op`'s. */

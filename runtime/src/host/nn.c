@@ -81,49 +81,121 @@ static void rows_close(rows_t* r, bool output) {
   r->full = NULL;
 }
 
-static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
-  tpu_operand_t* x = &n->in[0];
-  int axis = (int)n->ia[0];
-  int64_t m = prod(x->sizes, 0, axis), k = prod(x->sizes, axis, x->ndim);
-  double eps = n->da[0];
-  rows_t rx = {0}, ry = {0};
-  void* buf[6] = {0};
-  double* w = present(&n->in[1]) ? (buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
-  double* bb = present(&n->in[2]) ? (buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
-  double* xrow = buf[2] = tpu__malloc(sizeof(double) * cnt1(k));
-  double* yrow = buf[3] = tpu__malloc(sizeof(double) * cnt1(k));
-  double* mu = buf[4] = tpu__malloc(sizeof(double) * cnt1(m));
-  double* rs = buf[5] = tpu__malloc(sizeof(double) * cnt1(m));
-  bool ok = rows_open(&rx, x, m, k, true) && rows_open(&ry, &n->out[0], m, k, false);
-  if (!ok || (present(&n->in[1]) && !w) || (present(&n->in[2]) && !bb) || !xrow || !yrow || !mu || !rs) {
-    rows_close(&rx, false);
-    rows_close(&ry, false);
-    free_all(buf, 6);
-    return TPU_HOST_NOMEM();
-  }
-  for (int64_t r = 0; r < m; ++r) {
-    const double* xr = rows_get(&rx, r, xrow);
+typedef struct ln_s {
+  rows_t rx, ry, rdy, rdx;
+  const double *w, *bb;
+  double *mu, *rs;
+  const double *smu, *srs; /* saved statistics (backward) */
+  double *dwp, *dbp;       /* backward: per-group partials of dw / db */
+  int64_t m, k, group;
+  double eps;
+  bool want_dx;
+} ln_t;
+
+/* Each thread converts its rows through its own row buffers. */
+static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
+  ln_t* L = arg;
+  int64_t k = L->k;
+  double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
+  double* yrow = tpu__malloc(sizeof(double) * cnt1(k));
+  if (!xrow || !yrow) { tpu__free(xrow); tpu__free(yrow); return TPU_HOST_NOMEM(); }
+  const double *w = L->w, *bb = L->bb;
+  for (int64_t r = rb; r < re; ++r) {
+    const double* xr = rows_get(&L->rx, r, xrow);
     double s = 0, v = 0;
     for (int64_t j = 0; j < k; ++j) s += xr[j];
     double mean = s / (double)k;
     for (int64_t j = 0; j < k; ++j) v += (xr[j] - mean) * (xr[j] - mean);
     double var = v / (double)k;
-    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + eps);
-    mu[r] = mean;
-    rs[r] = rstd;
+    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);
+    L->mu[r] = mean;
+    L->rs[r] = rstd;
     for (int64_t j = 0; j < k; ++j) {
       double t = (xr[j] - mean) * rstd;
       if (w) t *= w[j];
       if (bb) t += bb[j];
       yrow[j] = t;
     }
-    rows_put(&ry, r, yrow);
+    rows_put(&L->ry, r, yrow);
   }
-  rows_close(&rx, false);
-  rows_close(&ry, true);
-  tpu__unpack(&n->out[1], mu, TPU_DTYPE_F64);
-  tpu__unpack(&n->out[2], rs, TPU_DTYPE_F64);
-  free_all(buf, 6);
+  tpu__free(xrow);
+  tpu__free(yrow);
+  return NULL;
+}
+
+static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
+  tpu_operand_t* x = &n->in[0];
+  int axis = (int)n->ia[0];
+  ln_t L = {0};
+  int64_t m = L.m = prod(x->sizes, 0, axis), k = L.k = prod(x->sizes, axis, x->ndim);
+  L.eps = n->da[0];
+  void* buf[4] = {0};
+  L.w = present(&n->in[1]) ? (buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
+  L.bb = present(&n->in[2]) ? (buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
+  L.mu = buf[2] = tpu__malloc(sizeof(double) * cnt1(m));
+  L.rs = buf[3] = tpu__malloc(sizeof(double) * cnt1(m));
+  bool ok = rows_open(&L.rx, x, m, k, true) && rows_open(&L.ry, &n->out[0], m, k, false);
+  if (!ok || (present(&n->in[1]) && !L.w) || (present(&n->in[2]) && !L.bb) || !L.mu || !L.rs) {
+    rows_close(&L.rx, false);
+    rows_close(&L.ry, false);
+    free_all(buf, 4);
+    return TPU_HOST_NOMEM();
+  }
+  tpu_status_t st = m > 1 && m * k >= TPU_PARALLEL_MIN_WORK
+                        ? tpu__parallel_for(m, TPU_PARALLEL_MIN_WORK / cnt1(k) + 1, ln_fwd_rows, &L)
+                        : ln_fwd_rows(&L, 0, m, 0);
+  rows_close(&L.rx, false);
+  rows_close(&L.ry, !st);
+  if (!st) {
+    tpu__unpack(&n->out[1], L.mu, TPU_DTYPE_F64);
+    tpu__unpack(&n->out[2], L.rs, TPU_DTYPE_F64);
+  }
+  free_all(buf, 4);
+  return st;
+}
+
+/* Row groups of the backward: dw/db partials are summed per group, then the groups in
+ * order, so the result depends on m alone, never on the thread count. */
+#define LN_GROUPS 16
+
+static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
+  ln_t* L = arg;
+  int64_t k = L->k;
+  double* dyrow = tpu__malloc(sizeof(double) * cnt1(k));
+  double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
+  double* dxrow = tpu__malloc(sizeof(double) * cnt1(k));
+  if (!dyrow || !xrow || !dxrow) {
+    tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow);
+    return TPU_HOST_NOMEM();
+  }
+  const double* w = L->w;
+  for (int64_t g = gb; g < ge; ++g) {
+    double* dw = L->dwp + g * k;
+    double* db = L->dbp + g * k;
+    int64_t r1 = (g + 1) * L->group < L->m ? (g + 1) * L->group : L->m;
+    for (int64_t r = g * L->group; r < r1; ++r) {
+      const double* dyr = rows_get(&L->rdy, r, dyrow);
+      const double* xr = rows_get(&L->rx, r, xrow);
+      double mean = L->smu[r], rstd = L->srs[r], sg = 0, sgx = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        double xh = (xr[j] - mean) * rstd;
+        double gg = dyr[j] * (w ? w[j] : 1.0);
+        sg += gg;
+        sgx += gg * xh;
+        dw[j] += dyr[j] * xh;
+        db[j] += dyr[j];
+      }
+      if (!L->want_dx) continue;
+      sg /= (double)k;
+      sgx /= (double)k;
+      for (int64_t j = 0; j < k; ++j) {
+        double xh = (xr[j] - mean) * rstd;
+        dxrow[j] = rstd * (dyr[j] * (w ? w[j] : 1.0) - sg - xh * sgx);
+      }
+      rows_put(&L->rdx, r, dxrow);
+    }
+  }
+  tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow);
   return NULL;
 }
 
@@ -134,61 +206,72 @@ static tpu_status_t layer_norm_backward_kernel(tpu_node_t* n) {
   int axis = (int)n->ia[0];
   bool want_dx = !tpu__output_absent(&n->out[0]), want_dw = !tpu__output_absent(&n->out[1]),
        want_db = !tpu__output_absent(&n->out[2]);
-  int64_t m = prod(x->sizes, 0, axis), k = prod(x->sizes, axis, x->ndim);
+  ln_t L = {0};
+  int64_t m = L.m = prod(x->sizes, 0, axis), k = L.k = prod(x->sizes, axis, x->ndim);
+  L.want_dx = want_dx;
+  int64_t groups = m < LN_GROUPS ? (m > 0 ? m : 1) : LN_GROUPS;
+  L.group = (m + groups - 1) / groups;
+  if (L.group < 1) L.group = 1;
   bool has_w = present(&n->in[4]);
-  rows_t rdy = {0}, rx = {0}, rdx = {0};
-  void* buf[8] = {0};
-  double* mu = buf[0] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
-  double* rs = buf[1] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
-  double* w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
-  double* dyrow = buf[3] = tpu__malloc(sizeof(double) * cnt1(k));
-  double* xrow = buf[4] = tpu__malloc(sizeof(double) * cnt1(k));
-  double* dxrow = buf[5] = tpu__malloc(sizeof(double) * cnt1(k));
-  double* dw = buf[6] = tpu__calloc(cnt1(k), sizeof(double));
-  double* db = buf[7] = tpu__calloc(cnt1(k), sizeof(double));
-  bool ok = rows_open(&rdy, &n->in[0], m, k, true) && rows_open(&rx, x, m, k, true) &&
-            (!want_dx || rows_open(&rdx, &n->out[0], m, k, false));
-  if (!ok || !mu || !rs || (has_w && !w) || !dyrow || !xrow || !dxrow || !dw || !db) {
-    rows_close(&rdy, false);
-    rows_close(&rx, false);
-    rows_close(&rdx, false);
-    free_all(buf, 8);
+  void* buf[5] = {0};
+  L.smu = buf[0] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
+  L.srs = buf[1] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
+  L.w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
+  L.dwp = buf[3] = tpu__calloc(cnt1(groups * k), sizeof(double));
+  L.dbp = buf[4] = tpu__calloc(cnt1(groups * k), sizeof(double));
+  bool ok = rows_open(&L.rdy, &n->in[0], m, k, true) && rows_open(&L.rx, x, m, k, true) &&
+            (!want_dx || rows_open(&L.rdx, &n->out[0], m, k, false));
+  if (!ok || !L.smu || !L.srs || (has_w && !L.w) || !L.dwp || !L.dbp) {
+    rows_close(&L.rdy, false);
+    rows_close(&L.rx, false);
+    rows_close(&L.rdx, false);
+    free_all(buf, 5);
     return TPU_HOST_NOMEM();
   }
-  for (int64_t r = 0; r < m; ++r) {
-    const double* dyr = rows_get(&rdy, r, dyrow);
-    const double* xr = rows_get(&rx, r, xrow);
-    double mean = mu[r], rstd = rs[r], sg = 0, sgx = 0;
+  tpu_status_t st = m * k >= TPU_PARALLEL_MIN_WORK ? tpu__parallel_for(groups, 1, ln_bwd_groups, &L)
+                                                   : ln_bwd_groups(&L, 0, groups, 0);
+  /* groups in order into group 0 */
+  for (int64_t g = 1; g < groups && !st; ++g)
     for (int64_t j = 0; j < k; ++j) {
-      double xh = (xr[j] - mean) * rstd;
-      double g = dyr[j] * (w ? w[j] : 1.0);
-      sg += g;
-      sgx += g * xh;
-      dw[j] += dyr[j] * xh;
-      db[j] += dyr[j];
+      L.dwp[j] += L.dwp[g * k + j];
+      L.dbp[j] += L.dbp[g * k + j];
     }
-    if (!want_dx) continue;
-    sg /= (double)k;
-    sgx /= (double)k;
-    for (int64_t j = 0; j < k; ++j) {
-      double xh = (xr[j] - mean) * rstd;
-      dxrow[j] = rstd * (dyr[j] * (w ? w[j] : 1.0) - sg - xh * sgx);
-    }
-    rows_put(&rdx, r, dxrow);
-  }
-  rows_close(&rdy, false);
-  rows_close(&rx, false);
-  if (want_dx) rows_close(&rdx, true);
-  if (want_dw) tpu__unpack(&n->out[1], dw, TPU_DTYPE_F64);
-  if (want_db) tpu__unpack(&n->out[2], db, TPU_DTYPE_F64);
-  free_all(buf, 8);
-  return NULL;
+  rows_close(&L.rdy, false);
+  rows_close(&L.rx, false);
+  if (want_dx) rows_close(&L.rdx, !st);
+  if (want_dw && !st) tpu__unpack(&n->out[1], L.dwp, TPU_DTYPE_F64);
+  if (want_db && !st) tpu__unpack(&n->out[2], L.dbp, TPU_DTYPE_F64);
+  free_all(buf, 5);
+  return st;
 }
 
 /* ---- embedding -------------------------------------------------------------------- */
 
 static tpu_status_t index_error(const tpu_node_t* n) {
   return tpu_status_make(TPU_INDEX_ERROR, "%s: index out of range in self", tpu__node_describe(n));
+}
+
+typedef struct emb_s {
+  const tpu_node_t* n;
+  const tpu_operand_t* w;
+  const int64_t* idx;
+  char* dense;
+  int64_t d, rows;
+} emb_t;
+
+/* Out-of-range indices fail their chunk; the pool reports the first chunk's error. */
+static tpu_status_t emb_rows(void* arg, int64_t b, int64_t e, int tid) {
+  emb_t* E = arg;
+  const tpu_operand_t* w = E->w;
+  size_t esz = tpu_dtype_size(w->dtype);
+  const char* base = tpu__operand_ptr(w);
+  for (int64_t i = b; i < e; ++i) {
+    int64_t r = E->idx[i];
+    if (r < 0 || r >= E->rows) return index_error(E->n);
+    tpu__convert_run(E->dense + (size_t)(i * E->d) * esz, w->dtype, 1, base + r * w->strides[0] * (int64_t)esz,
+                     w->dtype, w->strides[1], E->d);
+  }
+  return NULL;
 }
 
 /* Gathers rows straight from the (strided) weight, so the table itself is never packed. */
@@ -205,14 +288,9 @@ static tpu_status_t embedding_kernel(tpu_node_t* n) {
     tpu__free(dense);
     return TPU_HOST_NOMEM();
   }
-  tpu_status_t st = NULL;
-  const char* base = tpu__operand_ptr(w);
-  for (int64_t i = 0; i < ni; ++i) {
-    int64_t r = idx[i];
-    if (r < 0 || r >= rows) { st = index_error(n); break; }
-    tpu__convert_run(dense + (size_t)(i * d) * esz, w->dtype, 1, base + r * w->strides[0] * (int64_t)esz,
-                     w->dtype, w->strides[1], d);
-  }
+  emb_t E = {n, w, idx, dense, d, rows};
+  tpu_status_t st = ni * d >= TPU_PARALLEL_MIN_WORK ? tpu__parallel_for(ni, TPU_PARALLEL_MIN_WORK / cnt1(d) + 1, emb_rows, &E)
+                                                    : emb_rows(&E, 0, ni, 0);
   if (!st) tpu__unpack(&n->out[0], dense, w->dtype);
   tpu__free(idx);
   tpu__free(dense);
@@ -372,6 +450,56 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
 /* One template per compute dtype: T is the element type, G the BLAS gemm, EXP/LOG the
  * libm functions of T's precision. */
 #define SDPA_DEFINE(T, SFX, G, CDT, EXP, LOG)                                                          \
+  /* Row loops between the GEMMs of one head: split across the pool above the work  \
+   * threshold (BLAS is not running then: it runs on this thread, between regions). */ \
+  typedef struct sm_ctx_##SFX##_s {                                                            \
+    T* sc; T* lse; int64_t S; T* dp; const T* gop; const T* op; void* unused; int64_t Ev; void* u2; \
+  } sm_ctx_##SFX;                                                                              \
+  static void attn_rows_##SFX(int64_t L, int64_t S, tpu_parallel_fn fn, sm_ctx_##SFX* C) {     \
+    if (L > 1 && L * S >= TPU_PARALLEL_MIN_WORK)                                               \
+      tpu_status_free(tpu__parallel_for(L, TPU_PARALLEL_MIN_WORK / cnt1(S) + 1, fn, C));       \
+    else                                                                                       \
+      fn(C, 0, L, 0);                                                                          \
+  }                                                                                            \
+  static tpu_status_t sm_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
+    sm_ctx_##SFX* C = arg;                                                                     \
+    int64_t S = C->S;                                                                          \
+    for (int64_t i = ib; i < ie; ++i) {                                                        \
+      T* row = C->sc + i * S;                                                                  \
+      T mx = -(T)INFINITY;                                                                     \
+      for (int64_t j = 0; j < S; ++j) mx = row[j] > mx ? row[j] : mx;                          \
+      if (mx == -(T)INFINITY) { /* fully masked row: zeros, as ATen's _safe_softmax */         \
+        for (int64_t j = 0; j < S; ++j) row[j] = 0;                                            \
+        C->lse[i] = -(T)INFINITY;                                                              \
+        continue;                                                                              \
+      }                                                                                        \
+      T s = 0;                                                                                 \
+      for (int64_t j = 0; j < S; ++j) { row[j] = EXP(row[j] - mx); s += row[j]; }              \
+      for (int64_t j = 0; j < S; ++j) row[j] /= s;                                             \
+      C->lse[i] = mx + LOG(s);                                                                 \
+    }                                                                                          \
+    return NULL;                                                                               \
+  }                                                                                            \
+  static tpu_status_t p_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {               \
+    sm_ctx_##SFX* C = arg;                                                                     \
+    int64_t S = C->S;                                                                          \
+    for (int64_t i = ib; i < ie; ++i) {                                                        \
+      T l = C->lse[i];                                                                         \
+      for (int64_t j = 0; j < S; ++j)                                                          \
+        C->sc[i * S + j] = l == -(T)INFINITY ? 0 : EXP(C->sc[i * S + j] - l);                  \
+    }                                                                                          \
+    return NULL;                                                                               \
+  }                                                                                            \
+  static tpu_status_t ds_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
+    sm_ctx_##SFX* C = arg;                                                                     \
+    int64_t S = C->S, Ev = C->Ev;                                                              \
+    for (int64_t i = ib; i < ie; ++i) {                                                        \
+      T di = 0;                                                                                \
+      for (int64_t e = 0; e < Ev; ++e) di += C->gop[i * Ev + e] * C->op[i * Ev + e];           \
+      for (int64_t j = 0; j < S; ++j) C->dp[i * S + j] = C->sc[i * S + j] * (C->dp[i * S + j] - di); \
+    }                                                                                          \
+    return NULL;                                                                               \
+  }                                                                                            \
   static void gemm_##SFX(bool ta, bool tb, int64_t m, int64_t nn, int64_t k, T alpha,          \
                          const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c,       \
                          int64_t ldc) {                                                        \
@@ -423,20 +551,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
         const T* kp = k + bk * d.S * d.E;                                                      \
         const T* vp = v + bk * d.S * d.Ev;                                                     \
         scores_##SFX(n, &d, bias, b, h, qp, kp, sc, tmp);                                      \
-        for (int64_t i = 0; i < d.L; ++i) {                                                    \
-          T* row = sc + i * d.S;                                                               \
-          T mx = -(T)INFINITY;                                                                 \
-          for (int64_t j = 0; j < d.S; ++j) mx = row[j] > mx ? row[j] : mx;                    \
-          if (mx == -(T)INFINITY) { /* fully masked row: zeros, as ATen's _safe_softmax */     \
-            for (int64_t j = 0; j < d.S; ++j) row[j] = 0;                                      \
-            lse[bh * d.L + i] = -(T)INFINITY;                                                  \
-            continue;                                                                          \
-          }                                                                                    \
-          T s = 0;                                                                             \
-          for (int64_t j = 0; j < d.S; ++j) { row[j] = EXP(row[j] - mx); s += row[j]; }        \
-          for (int64_t j = 0; j < d.S; ++j) row[j] /= s;                                       \
-          lse[bh * d.L + i] = mx + LOG(s);                                                     \
-        }                                                                                      \
+        sm_ctx_##SFX C = {sc, lse + bh * d.L, d.S, NULL, NULL, NULL, NULL, 0, NULL};           \
+        attn_rows_##SFX(d.L, d.S, sm_rows_##SFX, &C);                                          \
         gemm_##SFX(false, false, d.L, d.Ev, d.S, 1, sc, d.S, vp, d.Ev, 0, o + bh * d.L * d.Ev, d.Ev); \
       }                                                                                        \
     tpu__unpack(&n->out[0], o, CDT);                                                           \
@@ -485,21 +601,22 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
         const T* gop = go + bh * d.L * d.Ev;                                                   \
         const T* op = o + bh * d.L * d.Ev;                                                     \
         scores_##SFX(n, &d, bias, b, h, qp, kp, p, tmp);                                       \
-        for (int64_t i = 0; i < d.L; ++i) {                                                    \
-          T l = lse[bh * d.L + i];                                                             \
-          for (int64_t j = 0; j < d.S; ++j)                                                    \
-            p[i * d.S + j] = l == -(T)INFINITY ? 0 : EXP(p[i * d.S + j] - l);                  \
-        }                                                                                      \
+        sm_ctx_##SFX C = {p, lse + bh * d.L, d.S, dp, gop, op, NULL, d.Ev, NULL};              \
+        attn_rows_##SFX(d.L, d.S, p_rows_##SFX, &C);                                           \
         gemm_##SFX(true, false, d.S, d.Ev, d.L, 1, p, d.S, gop, d.Ev, 1, dv + bk * d.S * d.Ev, d.Ev); \
         gemm_##SFX(false, true, d.L, d.S, d.Ev, 1, gop, d.Ev, vp, d.Ev, 0, dp, d.S);           \
-        for (int64_t i = 0; i < d.L; ++i) {                                                    \
-          T di = 0;                                                                            \
-          for (int64_t e = 0; e < d.Ev; ++e) di += gop[i * d.Ev + e] * op[i * d.Ev + e];       \
-          for (int64_t j = 0; j < d.S; ++j) {                                                  \
-            T ds = p[i * d.S + j] * (dp[i * d.S + j] - di);                                    \
-            dp[i * d.S + j] = ds;                                                              \
-            if (db) db[b * bstr[0] + h * bstr[1] + i * bstr[2] + j * bstr[3]] += ds;           \
+        if (db) {                                                                              \
+          for (int64_t i = 0; i < d.L; ++i) {                                                  \
+            T di = 0;                                                                          \
+            for (int64_t e = 0; e < d.Ev; ++e) di += gop[i * d.Ev + e] * op[i * d.Ev + e];     \
+            for (int64_t j = 0; j < d.S; ++j) {                                                \
+              T ds = p[i * d.S + j] * (dp[i * d.S + j] - di);                                  \
+              dp[i * d.S + j] = ds;                                                            \
+              db[b * bstr[0] + h * bstr[1] + i * bstr[2] + j * bstr[3]] += ds;                 \
+            }                                                                                  \
           }                                                                                    \
+        } else {                                                                               \
+          attn_rows_##SFX(d.L, d.S, ds_rows_##SFX, &C);                                        \
         }                                                                                      \
         gemm_##SFX(false, false, d.L, d.E, d.S, scale, dp, d.S, kp, d.E, 0, dq + bh * d.L * d.E, d.E); \
         gemm_##SFX(true, false, d.S, d.E, d.L, scale, dp, d.S, qp, d.E, 1, dk + bk * d.S * d.E, d.E); \

@@ -1,10 +1,16 @@
 /* Host kernels of the reduce family (node layout: aten/reduce.c).
  *
- * Every kernel packs its input as rows: the kept dims (in order) outer, the reduced
- * dims (or the scan/softmax dim) inner, so each output element reduces one dense row.
- * Floating inputs are packed as float64 whatever their dtype: accumulating f32 in double
- * is what PyTorch's CPU does for cumulative ops and is at least as exact as its cascade
- * sums elsewhere. Integers and bool are packed as int64 and wrap like CPU's. */
+ * Every kernel sees its input as rows: the kept dims (in order) outer, the reduced dims
+ * (or the scan/softmax dim) inner, so each output element reduces one dense row. A
+ * contiguous input in the row dtype is read in place, others are packed. Rows are f32
+ * when the compute dtype is f32 (f32/bf16/f16 values are exact in it) and f64 for f64;
+ * either way every accumulation runs in double registers: accumulating f32 in double is
+ * what PyTorch's CPU does for cumulative ops and is at least as exact as its cascade sums
+ * elsewhere. Integers and bool are packed as int64 and wrap like CPU's.
+ *
+ * Threads: rows are split across the pool; a single long row is summed in fixed
+ * SUPER-element blocks whose partials are added in block order, so results never depend
+ * on the thread count. */
 #include <math.h>
 
 #include "host/host.h"
@@ -68,8 +74,15 @@ static void unpack_perm(tpu_operand_t* out, const int* perm, const void* src, tp
 
 static void* alloc8(int64_t n) { return tpu__malloc((size_t)(n > 0 ? n : 1) * 8); }
 
+/* Row dtype: f32 rows for f32 compute (loads widen to double), else f64 / i64. */
 static tpu_dtype_t buf_dtype(const tpu_node_t* n) {
+  if (n->compute == TPU_DTYPE_F32) return TPU_DTYPE_F32;
   return tpu_dtype_is_floating(n->compute) ? TPU_DTYPE_F64 : TPU_DTYPE_I64;
+}
+
+/* Rows per parallel chunk so that a chunk holds at least TPU_PARALLEL_MIN_WORK elements. */
+static int64_t row_grain(int64_t inner) {
+  return TPU_PARALLEL_MIN_WORK / (inner > 0 ? inner : 1) + 1;
 }
 
 /* ---- row reductions ------------------------------------------------------------------- */
@@ -88,47 +101,121 @@ static inline double term(double v, int mode, double a) {
   }
 }
 
-/* Two-level blocked summation: error grows with n/256 + 256, not n. */
-static double block_sum(const double* x, int64_t n, int mode, double a) {
-  double tot = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += 256) {
-    int64_t e = b0 + 256 < n ? b0 + 256 : n;
-    double s0 = 0, s1 = 0;
-    int64_t i = b0;
-    for (; i + 1 < e; i += 2) { s0 += term(x[i], mode, a); s1 += term(x[i + 1], mode, a); }
-    if (i < e) s0 += term(x[i], mode, a);
-    tot += s0 + s1;
+/* Summation in blocks: 256-element pair sums added per block (error grows with n/256 +
+ * 256, not n), blocks grouped in SUPER-element groups whose sums are added in order. A
+ * long row's groups are summed in parallel with the same grouping. */
+#define SUPER 16384
+
+/* f32 rows take exponentials in float (expf is several times faster than exp and as
+ * accurate as the f32 result needs); the sums stay double. */
+#define ROW_FNS(T, SFX, EXPT)                                                               \
+  static double block_sum_##SFX(const T* x, int64_t n, int mode, double a) {               \
+    double tot = 0;                                                                        \
+    for (int64_t b0 = 0; b0 < n; b0 += 256) {                                              \
+      int64_t e = b0 + 256 < n ? b0 + 256 : n;                                             \
+      double s0 = 0, s1 = 0;                                                               \
+      int64_t i = b0;                                                                      \
+      if (mode == S_PLAIN) {                                                               \
+        for (; i + 1 < e; i += 2) { s0 += (double)x[i]; s1 += (double)x[i + 1]; }          \
+      } else if (mode == S_EXPDEV) {                                                       \
+        for (; i + 1 < e; i += 2) { s0 += EXPT(x[i] - (T)a); s1 += EXPT(x[i + 1] - (T)a); } \
+      } else {                                                                             \
+        for (; i + 1 < e; i += 2) { s0 += term(x[i], mode, a); s1 += term(x[i + 1], mode, a); } \
+      }                                                                                    \
+      if (i < e) s0 += term(x[i], mode, a);                                                \
+      tot += s0 + s1;                                                                      \
+    }                                                                                      \
+    return tot;                                                                            \
+  }                                                                                        \
+  static double f_max_##SFX(const T* x, int64_t n) {                                       \
+    double m = -INFINITY;                                                                  \
+    for (int64_t i = 0; i < n; ++i) {                                                      \
+      if (isnan(x[i])) return x[i];                                                        \
+      if (x[i] > m) m = x[i];                                                              \
+    }                                                                                      \
+    return m;                                                                              \
+  }                                                                                        \
+  static double f_min_##SFX(const T* x, int64_t n) {                                       \
+    double m = INFINITY;                                                                   \
+    for (int64_t i = 0; i < n; ++i) {                                                      \
+      if (isnan(x[i])) return x[i];                                                        \
+      if (x[i] < m) m = x[i];                                                              \
+    }                                                                                      \
+    return m;                                                                              \
+  }                                                                                        \
+  /* First index of the extreme value; a NaN wins and its first index is taken. */         \
+  static int64_t f_arg_##SFX(const T* x, int64_t n, bool want_max) {                       \
+    int64_t best = 0;                                                                      \
+    for (int64_t i = 1; i < n; ++i) {                                                      \
+      if (isnan(x[best])) break;                                                           \
+      if (isnan(x[i]) || (want_max ? x[i] > x[best] : x[i] < x[best])) best = i;           \
+    }                                                                                      \
+    return best;                                                                           \
   }
+
+ROW_FNS(float, f32, expf)
+ROW_FNS(double, f64, exp)
+
+/* A row of floats in the row dtype: f32 (fs) or f64 (fd). */
+typedef struct frow_s {
+  const float* fs;
+  const double* fd;
+} frow_t;
+
+static frow_t frow(const void* base, bool f32, int64_t at) {
+  frow_t r = {NULL, NULL};
+  if (f32) r.fs = (const float*)base + at; else r.fd = (const double*)base + at;
+  return r;
+}
+static double fr_at(frow_t r, int64_t i) { return r.fs ? (double)r.fs[i] : r.fd[i]; }
+static double fr_blocks(frow_t r, int64_t n, int mode, double a) {
+  return r.fs ? block_sum_f32(r.fs, n, mode, a) : block_sum_f64(r.fd, n, mode, a);
+}
+
+typedef struct lsum_s {
+  frow_t x;
+  int64_t n;
+  int mode;
+  double a;
+  double* part;
+} lsum_t;
+
+static tpu_status_t lsum_chunk(void* arg, int64_t b, int64_t e, int tid) {
+  lsum_t* L = arg;
+  for (int64_t g = b; g < e; ++g) {
+    int64_t s = g * SUPER, len = L->n - s < SUPER ? L->n - s : SUPER;
+    frow_t x = L->x.fs ? frow(L->x.fs, true, s) : frow(L->x.fd, false, s);
+    L->part[g] = fr_blocks(x, len, L->mode, L->a);
+  }
+  return NULL;
+}
+
+static double fr_sum(frow_t x, int64_t n, int mode, double a) {
+  int64_t groups = (n + SUPER - 1) / SUPER;
+  if (groups <= 1) return fr_blocks(x, n, mode, a);
+  double stack[64];
+  double* part = groups <= 64 ? stack : tpu__malloc(sizeof(double) * (size_t)groups);
+  lsum_t L = {x, n, mode, a, part};
+  tpu_status_t st = NULL;
+  if (!part) lsum_chunk(&L, 0, 0, 0); /* no scratch: fall back to the serial loop below */
+  else st = tpu__parallel_for(groups, 2, lsum_chunk, &L);
+  double tot = 0;
+  if (part && !st) {
+    for (int64_t g = 0; g < groups; ++g) tot += part[g];
+  } else {
+    tpu_status_free(st);
+    for (int64_t g = 0; g < groups; ++g) {
+      int64_t s = g * SUPER, len = n - s < SUPER ? n - s : SUPER;
+      tot += fr_blocks(x.fs ? frow(x.fs, true, s) : frow(x.fd, false, s), len, mode, a);
+    }
+  }
+  if (part != stack) tpu__free(part);
   return tot;
 }
 
-static double f_max(const double* x, int64_t n) {
-  double m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    if (isnan(x[i])) return x[i];
-    if (x[i] > m) m = x[i];
-  }
-  return m;
-}
-
-static double f_min(const double* x, int64_t n) {
-  double m = INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    if (isnan(x[i])) return x[i];
-    if (x[i] < m) m = x[i];
-  }
-  return m;
-}
-
-/* First index of the extreme value; a NaN wins and its first index is taken. */
-static int64_t f_arg(const double* x, int64_t n, bool want_max) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (isnan(x[best])) break;
-    if (isnan(x[i]) || (want_max ? x[i] > x[best] : x[i] < x[best])) best = i;
-  }
-  return best;
-}
+static double fr_max(frow_t r, int64_t n) { return r.fs ? f_max_f32(r.fs, n) : f_max_f64(r.fd, n); }
+static double fr_min(frow_t r, int64_t n) { return r.fs ? f_min_f32(r.fs, n) : f_min_f64(r.fd, n); }
+static int64_t fr_arg(frow_t r, int64_t n, bool mx) { return r.fs ? f_arg_f32(r.fs, n, mx) : f_arg_f64(r.fd, n, mx); }
 
 static int64_t i_arg(const int64_t* x, int64_t n, bool want_max) {
   int64_t best = 0;
@@ -137,59 +224,58 @@ static int64_t i_arg(const int64_t* x, int64_t n, bool want_max) {
   return best;
 }
 
-static double f_lse(const double* x, int64_t n) {
-  double m = f_max(x, n);
+static double f_lse(frow_t x, int64_t n) {
+  double m = fr_max(x, n);
   if (isnan(m)) return m;
   if (isinf(m)) m = 0; /* all -inf gives -inf; any +inf gives +inf */
-  return log(block_sum(x, n, S_EXPDEV, m)) + m;
+  return log(fr_sum(x, n, S_EXPDEV, m)) + m;
 }
 
-static double f_norm(const double* x, int64_t n, double p) {
+static double f_norm(frow_t x, int64_t n, double p) {
   if (p == 0) {
     double c = 0;
-    for (int64_t i = 0; i < n; ++i) c += x[i] != 0;
+    for (int64_t i = 0; i < n; ++i) c += fr_at(x, i) != 0;
     return c;
   }
   if (isinf(p)) {
     double m = p > 0 ? 0 : INFINITY;
     for (int64_t i = 0; i < n; ++i) {
-      double v = fabs(x[i]);
+      double v = fabs(fr_at(x, i));
       if (isnan(v)) return v;
       if (p > 0 ? v > m : v < m) m = v;
     }
     return m;
   }
-  if (p == 1) return block_sum(x, n, S_ABS, 0);
-  if (p == 2) return sqrt(block_sum(x, n, S_SQ, 0));
-  return pow(block_sum(x, n, S_POW, p), 1.0 / p);
+  if (p == 1) return fr_sum(x, n, S_ABS, 0);
+  if (p == 2) return sqrt(fr_sum(x, n, S_SQ, 0));
+  return pow(fr_sum(x, n, S_POW, p), 1.0 / p);
 }
 
-static tpu_status_t reduce_kernel(tpu_node_t* node) {
-  tpu_dtype_t dt = buf_dtype(node);
-  bool fl = dt == TPU_DTYPE_F64;
-  rows_t r;
-  TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
-  int64_t outer = r.outer, inner = r.inner;
-  void* o0 = alloc8(outer);
-  void* o1 = node->n_out > 1 ? alloc8(outer) : NULL;
-  if (!o0 || (node->n_out > 1 && !o1)) {
-    tpu__free(o0); tpu__free(o1); rows_free(&r);
-    return TPU_HOST_NOMEM();
-  }
-  double* fo = o0;
-  double* fo1 = o1;
-  int64_t* io = o0;
-  int64_t* io1 = o1;
-  tpu_dtype_t dt1 = dt; /* dtype of o1 */
+typedef struct red_s {
+  tpu_node_t* node;
+  const void* data;
+  bool fl, f32;
+  int64_t inner;
+  double *fo, *fo1;
+  int64_t *io, *io1;
+} red_t;
+
+static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
+  red_t* R = arg;
+  tpu_node_t* node = R->node;
+  bool fl = R->fl;
+  int64_t inner = R->inner;
+  double *fo = R->fo, *fo1 = R->fo1;
+  int64_t *io = R->io, *io1 = R->io1;
   tpu_kind_t k = node->kind;
-  for (int64_t j = 0; j < outer; ++j) {
-    const double* fx = (const double*)r.data + j * inner;
-    const int64_t* ix = (const int64_t*)r.data + j * inner;
+  for (int64_t j = jb; j < je; ++j) {
+    frow_t fx = fl ? frow(R->data, R->f32, j * inner) : frow(NULL, false, 0);
+    const int64_t* ix = (const int64_t*)R->data + j * inner;
     switch (k) {
       case TPU_KIND_RED_SUM:
       case TPU_KIND_RED_NANSUM:
       case TPU_KIND_RED_COUNT_NONZERO:
-        if (fl) fo[j] = block_sum(fx, inner, k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN, 0);
+        if (fl) fo[j] = fr_sum(fx, inner, k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN, 0);
         else {
           uint64_t s = 0;
           for (int64_t i = 0; i < inner; ++i) s += (uint64_t)ix[i];
@@ -197,10 +283,10 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
         }
         break;
       case TPU_KIND_RED_MEAN:
-        fo[j] = block_sum(fx, inner, S_PLAIN, 0) / (double)inner;
+        fo[j] = fr_sum(fx, inner, S_PLAIN, 0) / (double)inner;
         break;
       case TPU_KIND_RED_PROD:
-        if (fl) { double p = 1; for (int64_t i = 0; i < inner; ++i) p *= fx[i]; fo[j] = p; }
+        if (fl) { double p = 1; for (int64_t i = 0; i < inner; ++i) p *= fr_at(fx, i); fo[j] = p; }
         else { uint64_t p = 1; for (int64_t i = 0; i < inner; ++i) p *= (uint64_t)ix[i]; io[j] = (int64_t)p; }
         break;
       case TPU_KIND_RED_AMAX:
@@ -208,8 +294,8 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
       case TPU_KIND_RED_AMINMAX: {
         bool mx = k == TPU_KIND_RED_AMAX;
         if (fl) {
-          if (k == TPU_KIND_RED_AMINMAX) { fo[j] = f_min(fx, inner); fo1[j] = f_max(fx, inner); }
-          else fo[j] = mx ? f_max(fx, inner) : f_min(fx, inner);
+          if (k == TPU_KIND_RED_AMINMAX) { fo[j] = fr_min(fx, inner); fo1[j] = fr_max(fx, inner); }
+          else fo[j] = mx ? fr_max(fx, inner) : fr_min(fx, inner);
         } else if (inner > 0) {
           if (k == TPU_KIND_RED_AMINMAX) { io[j] = ix[i_arg(ix, inner, false)]; io1[j] = ix[i_arg(ix, inner, true)]; }
           else io[j] = ix[i_arg(ix, inner, mx)];
@@ -219,21 +305,20 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
       case TPU_KIND_RED_MAX_DIM:
       case TPU_KIND_RED_MIN_DIM: {
         bool mx = k == TPU_KIND_RED_MAX_DIM;
-        int64_t a = inner > 0 ? (fl ? f_arg(fx, inner, mx) : i_arg(ix, inner, mx)) : 0;
-        if (fl) fo[j] = inner > 0 ? fx[a] : NAN; else io[j] = inner > 0 ? ix[a] : 0;
+        int64_t a = inner > 0 ? (fl ? fr_arg(fx, inner, mx) : i_arg(ix, inner, mx)) : 0;
+        if (fl) fo[j] = inner > 0 ? fr_at(fx, a) : NAN; else io[j] = inner > 0 ? ix[a] : 0;
         io1[j] = a;
-        dt1 = TPU_DTYPE_I64;
         break;
       }
       case TPU_KIND_RED_ARGMAX:
       case TPU_KIND_RED_ARGMIN: {
         bool mx = k == TPU_KIND_RED_ARGMAX;
-        io[j] = inner > 0 ? (fl ? f_arg(fx, inner, mx) : i_arg(ix, inner, mx)) : 0;
+        io[j] = inner > 0 ? (fl ? fr_arg(fx, inner, mx) : i_arg(ix, inner, mx)) : 0;
         break;
       }
       case TPU_KIND_RED_VAR: {
-        double mean = block_sum(fx, inner, S_PLAIN, 0) / (double)inner;
-        double ss = block_sum(fx, inner, S_SQDEV, mean);
+        double mean = fr_sum(fx, inner, S_PLAIN, 0) / (double)inner;
+        double ss = fr_sum(fx, inner, S_SQDEV, mean);
         double div = (double)inner - node->da[0];
         double v = ss / (div > 0 ? div : 0.0);
         fo[j] = node->ia[1] ? sqrt(v) : v;
@@ -262,15 +347,40 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
         break;
     }
   }
+  return NULL;
+}
+
+static tpu_status_t reduce_kernel(tpu_node_t* node) {
+  tpu_dtype_t dt = buf_dtype(node);
+  bool fl = dt != TPU_DTYPE_I64;
+  rows_t r;
+  TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
+  int64_t outer = r.outer, inner = r.inner;
+  void* o0 = alloc8(outer);
+  void* o1 = node->n_out > 1 ? alloc8(outer) : NULL;
+  if (!o0 || (node->n_out > 1 && !o1)) {
+    tpu__free(o0); tpu__free(o1); rows_free(&r);
+    return TPU_HOST_NOMEM();
+  }
+  tpu_kind_t k = node->kind;
+  red_t R = {node, r.data, fl, dt == TPU_DTYPE_F32, inner, o0, o1, o0, o1};
+  tpu_status_t st = outer > 1 && outer * inner >= TPU_PARALLEL_MIN_WORK
+                        ? tpu__parallel_for(outer, row_grain(inner), reduce_rows, &R)
+                        : reduce_rows(&R, 0, outer, 0);
+  /* floating results are in double buffers whatever the row dtype */
+  tpu_dtype_t vdt = fl ? TPU_DTYPE_F64 : TPU_DTYPE_I64;
+  tpu_dtype_t dt1 = k == TPU_KIND_RED_MAX_DIM || k == TPU_KIND_RED_MIN_DIM ? TPU_DTYPE_I64 : vdt;
   bool is_idx = k == TPU_KIND_RED_ARGMAX || k == TPU_KIND_RED_ARGMIN;
   /* any/all/count_nonzero pack int64 from floats too; their buffers are int64 */
   bool int_out = is_idx || k == TPU_KIND_RED_ANY || k == TPU_KIND_RED_ALL || k == TPU_KIND_RED_COUNT_NONZERO;
-  tpu__unpack(&node->out[0], o0, int_out ? TPU_DTYPE_I64 : dt);
-  if (node->n_out > 1) tpu__unpack(&node->out[1], o1, dt1);
+  if (!st) {
+    tpu__unpack(&node->out[0], o0, int_out ? TPU_DTYPE_I64 : vdt);
+    if (node->n_out > 1) tpu__unpack(&node->out[1], o1, dt1);
+  }
   tpu__free(o0);
   tpu__free(o1);
   rows_free(&r);
-  return NULL;
+  return st;
 }
 
 /* ---- scans and softmax along one dim ------------------------------------------------------ */
@@ -282,54 +392,66 @@ static inline double log_add_exp(double a, double b) {
   return a; /* both infinite with the same sign */
 }
 
-static void scan_row(tpu_kind_t k, bool fl, const void* xin, void* yout, int64_t* idx, int64_t n) {
-  const double* fx = xin;
-  const int64_t* ix = xin;
-  double* fy = yout;
-  int64_t* iy = yout;
+/* Float rows are read and written in the row dtype (T = float or double); the running
+ * values are double. */
+#define SCAN_ROW(T, SFX, EXPT)                                                              \
+  static void scan_row_##SFX(tpu_kind_t k, const T* fx, T* fy, int64_t* idx, int64_t n) {   \
+    switch (k) {                                                                            \
+      case TPU_KIND_RED_CUMSUM: { double s = 0; for (int64_t i = 0; i < n; ++i) fy[i] = (T)(s += fx[i]); break; } \
+      case TPU_KIND_RED_CUMPROD: { double s = 1; for (int64_t i = 0; i < n; ++i) fy[i] = (T)(s *= fx[i]); break; } \
+      case TPU_KIND_RED_LOGCUMSUMEXP: {                                                     \
+        double s = -INFINITY;                                                               \
+        for (int64_t i = 0; i < n; ++i) fy[i] = (T)(s = log_add_exp(s, fx[i]));             \
+        break;                                                                              \
+      }                                                                                     \
+      case TPU_KIND_RED_CUMMAX:                                                             \
+      case TPU_KIND_RED_CUMMIN: {                                                           \
+        /* ties move the index forward; once NaN, every later NaN takes over */             \
+        bool mx = k == TPU_KIND_RED_CUMMAX;                                                 \
+        int64_t b = 0;                                                                      \
+        T best = n ? fx[0] : 0;                                                             \
+        for (int64_t i = 0; i < n; ++i) {                                                   \
+          T v = fx[i];                                                                      \
+          if (isnan(v) || (!isnan(best) && (mx ? v >= best : v <= best))) { b = i; best = v; } \
+          fy[i] = best;                                                                     \
+          idx[i] = b;                                                                       \
+        }                                                                                   \
+        break;                                                                              \
+      }                                                                                     \
+      case TPU_KIND_RED_SOFTMAX:                                                            \
+      case TPU_KIND_RED_LOG_SOFTMAX: {                                                      \
+        double m = -INFINITY;                                                               \
+        for (int64_t i = 0; i < n; ++i) m = fx[i] > m || isnan(fx[i]) ? fx[i] : m;          \
+        if (k == TPU_KIND_RED_SOFTMAX) {                                                    \
+          for (int64_t i = 0; i < n; ++i) fy[i] = (T)EXPT(fx[i] - (T)m);                        \
+          double inv = 1.0 / block_sum_##SFX(fy, n, S_PLAIN, 0);                            \
+          for (int64_t i = 0; i < n; ++i) fy[i] = (T)(fy[i] * inv);                         \
+        } else {                                                                            \
+          double ls = log(block_sum_##SFX(fx, n, S_EXPDEV, m));                             \
+          for (int64_t i = 0; i < n; ++i) fy[i] = (T)(fx[i] - m - ls);                      \
+        }                                                                                   \
+        break;                                                                              \
+      }                                                                                     \
+      default:                                                                              \
+        break;                                                                              \
+    }                                                                                       \
+  }
+
+SCAN_ROW(float, f32, expf)
+SCAN_ROW(double, f64, exp)
+
+static void scan_row_i64(tpu_kind_t k, const int64_t* ix, int64_t* iy, int64_t* idx, int64_t n) {
   switch (k) {
-    case TPU_KIND_RED_CUMSUM:
-      if (fl) { double s = 0; for (int64_t i = 0; i < n; ++i) fy[i] = s += fx[i]; }
-      else { uint64_t s = 0; for (int64_t i = 0; i < n; ++i) iy[i] = (int64_t)(s += (uint64_t)ix[i]); }
-      break;
-    case TPU_KIND_RED_CUMPROD:
-      if (fl) { double s = 1; for (int64_t i = 0; i < n; ++i) fy[i] = s *= fx[i]; }
-      else { uint64_t s = 1; for (int64_t i = 0; i < n; ++i) iy[i] = (int64_t)(s *= (uint64_t)ix[i]); }
-      break;
-    case TPU_KIND_RED_LOGCUMSUMEXP: {
-      double s = -INFINITY;
-      for (int64_t i = 0; i < n; ++i) fy[i] = s = log_add_exp(s, fx[i]);
-      break;
-    }
+    case TPU_KIND_RED_CUMSUM: { uint64_t s = 0; for (int64_t i = 0; i < n; ++i) iy[i] = (int64_t)(s += (uint64_t)ix[i]); break; }
+    case TPU_KIND_RED_CUMPROD: { uint64_t s = 1; for (int64_t i = 0; i < n; ++i) iy[i] = (int64_t)(s *= (uint64_t)ix[i]); break; }
     case TPU_KIND_RED_CUMMAX:
     case TPU_KIND_RED_CUMMIN: {
-      /* ties move the index forward; once NaN, every later NaN takes over */
       bool mx = k == TPU_KIND_RED_CUMMAX;
       int64_t b = 0;
       for (int64_t i = 0; i < n; ++i) {
-        if (fl) {
-          double v = fx[i], c = fx[b];
-          if (isnan(v) || (!isnan(c) && (mx ? v >= c : v <= c))) b = i;
-          fy[i] = fx[b];
-        } else {
-          if (mx ? ix[i] >= ix[b] : ix[i] <= ix[b]) b = i;
-          iy[i] = ix[b];
-        }
+        if (mx ? ix[i] >= ix[b] : ix[i] <= ix[b]) b = i;
+        iy[i] = ix[b];
         idx[i] = b;
-      }
-      break;
-    }
-    case TPU_KIND_RED_SOFTMAX:
-    case TPU_KIND_RED_LOG_SOFTMAX: {
-      double m = -INFINITY;
-      for (int64_t i = 0; i < n; ++i) m = fx[i] > m || isnan(fx[i]) ? fx[i] : m;
-      if (k == TPU_KIND_RED_SOFTMAX) {
-        for (int64_t i = 0; i < n; ++i) fy[i] = exp(fx[i] - m);
-        double inv = 1.0 / block_sum(fy, n, S_PLAIN, 0);
-        for (int64_t i = 0; i < n; ++i) fy[i] *= inv;
-      } else {
-        double ls = log(block_sum(fx, n, S_EXPDEV, m));
-        for (int64_t i = 0; i < n; ++i) fy[i] = fx[i] - m - ls;
       }
       break;
     }
@@ -338,57 +460,122 @@ static void scan_row(tpu_kind_t k, bool fl, const void* xin, void* yout, int64_t
   }
 }
 
+typedef struct scan_s {
+  tpu_kind_t kind;
+  tpu_dtype_t dt;
+  const char* x;
+  char* y;
+  int64_t* idx;
+  int64_t inner;
+} scan_t;
+
+static tpu_status_t scan_rows(void* arg, int64_t jb, int64_t je, int tid) {
+  scan_t* S = arg;
+  size_t es = tpu_dtype_size(S->dt);
+  for (int64_t j = jb; j < je; ++j) {
+    const char* x = S->x + (size_t)(j * S->inner) * es;
+    char* y = S->y + (size_t)(j * S->inner) * es;
+    int64_t* idx = S->idx ? S->idx + j * S->inner : NULL;
+    if (S->dt == TPU_DTYPE_F32) scan_row_f32(S->kind, (const float*)x, (float*)y, idx, S->inner);
+    else if (S->dt == TPU_DTYPE_F64) scan_row_f64(S->kind, (const double*)x, (double*)y, idx, S->inner);
+    else scan_row_i64(S->kind, (const int64_t*)x, (int64_t*)y, idx, S->inner);
+  }
+  return NULL;
+}
+
+static bool identity_perm(const int* perm, int nd) {
+  for (int d = 0; d < nd; ++d)
+    if (perm[d] != d) return false;
+  return true;
+}
+
+/* The output written in place: dense, in the row dtype, in row order, and not sharing
+ * memory with the input (rows are read whole before being written, but only an exact
+ * alias would be safe). */
+static bool direct_out(const tpu_operand_t* out, const tpu_operand_t* in, tpu_dtype_t dt, const int* perm) {
+  return out->dtype == dt && tpu__operand_is_contiguous(out) && identity_perm(perm, out->ndim) &&
+         (in->is_scalar || !in->value || out->value != in->value);
+}
+
 static tpu_status_t scan_kernel(tpu_node_t* node) {
   tpu_dtype_t dt = buf_dtype(node);
-  bool fl = dt == TPU_DTYPE_F64;
   uint32_t mask = node->in[0].ndim ? 1u << node->ia[0] : 0;
   rows_t r;
   TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], mask, dt, (tpu_dtype_t)node->ia[2], &r));
   int64_t total = r.outer * r.inner;
   bool two = node->n_out > 1;
-  void* y = alloc8(total);
+  bool direct = direct_out(&node->out[0], &node->in[0], dt, r.perm);
+  void* y = direct ? tpu__operand_ptr(&node->out[0]) : alloc8(total);
   int64_t* idx = two ? alloc8(total) : NULL;
-  if (!y || (two && !idx)) { tpu__free(y); tpu__free(idx); rows_free(&r); return TPU_HOST_NOMEM(); }
-  for (int64_t j = 0; j < r.outer; ++j)
-    scan_row(node->kind, fl, (const char*)r.data + j * r.inner * 8, (char*)y + j * r.inner * 8,
-             idx ? idx + j * r.inner : NULL, r.inner);
-  unpack_perm(&node->out[0], r.perm, y, dt);
-  if (two) unpack_perm(&node->out[1], r.perm, idx, TPU_DTYPE_I64);
-  tpu__free(y);
+  if (!y || (two && !idx)) {
+    if (!direct) tpu__free(y);
+    tpu__free(idx); rows_free(&r); return TPU_HOST_NOMEM();
+  }
+  scan_t S = {node->kind, dt, r.data, y, idx, r.inner};
+  tpu_status_t st = r.outer > 1 && total >= TPU_PARALLEL_MIN_WORK
+                        ? tpu__parallel_for(r.outer, row_grain(r.inner), scan_rows, &S)
+                        : scan_rows(&S, 0, r.outer, 0);
+  if (!st && !direct) unpack_perm(&node->out[0], r.perm, y, dt);
+  if (!st && two) unpack_perm(&node->out[1], r.perm, idx, TPU_DTYPE_I64);
+  if (!direct) tpu__free(y);
   tpu__free(idx);
   rows_free(&r);
-  return NULL;
+  return st;
 }
 
 /* grad_input of softmax: y * (g - sum(g * y)); of log_softmax: g - exp(y) * sum(g). */
+#define SOFTMAX_BWD_ROWS(T, SFX, EXPT)                                                            \
+  static void softmax_bwd_row_##SFX(bool lsm, const T* g, const T* y, T* o, int64_t n) {     \
+    double s = 0;                                                                           \
+    if (lsm) {                                                                              \
+      s = block_sum_##SFX(g, n, S_PLAIN, 0);                                                \
+      for (int64_t i = 0; i < n; ++i) o[i] = (T)(g[i] - EXPT(y[i]) * s);             \
+    } else {                                                                                \
+      for (int64_t i = 0; i < n; ++i) s += (double)g[i] * y[i];                             \
+      for (int64_t i = 0; i < n; ++i) o[i] = (T)(y[i] * (g[i] - s));                        \
+    }                                                                                       \
+  }
+SOFTMAX_BWD_ROWS(float, f32, expf)
+SOFTMAX_BWD_ROWS(double, f64, exp)
+
+typedef struct smb_s {
+  bool lsm, f32;
+  const void *g, *y;
+  void* o;
+  int64_t n;
+} smb_t;
+
+static tpu_status_t softmax_bwd_rows(void* arg, int64_t jb, int64_t je, int tid) {
+  smb_t* S = arg;
+  for (int64_t j = jb; j < je; ++j) {
+    int64_t at = j * S->n;
+    if (S->f32) softmax_bwd_row_f32(S->lsm, (const float*)S->g + at, (const float*)S->y + at, (float*)S->o + at, S->n);
+    else softmax_bwd_row_f64(S->lsm, (const double*)S->g + at, (const double*)S->y + at, (double*)S->o + at, S->n);
+  }
+  return NULL;
+}
+
 static tpu_status_t softmax_bwd_kernel(tpu_node_t* node) {
   uint32_t mask = node->in[0].ndim ? 1u << node->ia[0] : 0;
+  tpu_dtype_t dt = node->compute == TPU_DTYPE_F32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64;
   rows_t rg, ry;
-  TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], mask, TPU_DTYPE_F64, TPU_DTYPE_INVALID, &rg));
-  tpu_status_t st = pack_rows(&node->in[1], mask, TPU_DTYPE_F64, TPU_DTYPE_INVALID, &ry);
+  TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], mask, dt, TPU_DTYPE_INVALID, &rg));
+  tpu_status_t st = pack_rows(&node->in[1], mask, dt, TPU_DTYPE_INVALID, &ry);
   if (st) { rows_free(&rg); return st; }
   int64_t n = rg.inner;
-  double* gi = alloc8(rg.outer * n);
+  bool direct = direct_out(&node->out[0], &node->in[0], dt, rg.perm) &&
+                direct_out(&node->out[0], &node->in[1], dt, rg.perm);
+  void* gi = direct ? tpu__operand_ptr(&node->out[0]) : alloc8(rg.outer * n);
   if (!gi) { rows_free(&rg); rows_free(&ry); return TPU_HOST_NOMEM(); }
-  bool lsm = node->kind == TPU_KIND_RED_LOG_SOFTMAX_BWD;
-  for (int64_t j = 0; j < rg.outer; ++j) {
-    const double* g = (const double*)rg.data + j * n;
-    const double* y = (const double*)ry.data + j * n;
-    double* o = gi + j * n;
-    double s = 0;
-    if (lsm) {
-      s = block_sum(g, n, S_PLAIN, 0);
-      for (int64_t i = 0; i < n; ++i) o[i] = g[i] - exp(y[i]) * s;
-    } else {
-      for (int64_t i = 0; i < n; ++i) s += g[i] * y[i];
-      for (int64_t i = 0; i < n; ++i) o[i] = y[i] * (g[i] - s);
-    }
-  }
-  unpack_perm(&node->out[0], rg.perm, gi, TPU_DTYPE_F64);
-  tpu__free(gi);
+  smb_t S = {node->kind == TPU_KIND_RED_LOG_SOFTMAX_BWD, dt == TPU_DTYPE_F32, rg.data, ry.data, gi, n};
+  st = rg.outer > 1 && rg.outer * n >= TPU_PARALLEL_MIN_WORK
+           ? tpu__parallel_for(rg.outer, row_grain(n), softmax_bwd_rows, &S)
+           : softmax_bwd_rows(&S, 0, rg.outer, 0);
+  if (!st && !direct) unpack_perm(&node->out[0], rg.perm, gi, dt);
+  if (!direct) tpu__free(gi);
   rows_free(&rg);
   rows_free(&ry);
-  return NULL;
+  return st;
 }
 
 void tpu__host_register_reduce(tpu_host_kernel_fn* table) {

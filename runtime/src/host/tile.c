@@ -137,62 +137,174 @@ static void fill_const(void* buf, tpu_dtype_t c, const tpu_operand_t* s, int64_t
   else { for (int64_t i = 0; i < n; ++i) ((int64_t*)buf)[i] = s->scalar_i; }
 }
 
-tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
-                               const tpu_operand_t* const* ins, int n_in,
-                               tpu_dtype_t c, tpu_tile_fn fn) {
-  if (n_in > 8) return tpu_status_make(TPU_INTERNAL, "tile engine: too many inputs");
-  if (tpu__operand_numel(out) == 0) return NULL;
+/* ---- faults raised by tile functions ------------------------------------------------ */
+
+static _Thread_local bool tile_faulted;
+void tpu__tile_fault(void) { tile_faulted = true; }
+bool tpu__tile_take_fault(void) {
+  bool f = tile_faulted;
+  tile_faulted = false;
+  return f;
+}
+
+/* ---- the run ------------------------------------------------------------------------ */
+
+/* Rows shorter than this are batched: one tile then holds TILE / inner whole rows, so
+ * the per-row cost (offsets, a call into the tile function) is paid once per tile. */
+#define SMALL_ROW 256
+
+typedef struct tile_run_s {
+  const tpu_node_t* node;
+  tpu_operand_t* out;
+  const tpu_operand_t* const* ins;
+  int n_in;
+  tpu_dtype_t c;
+  tpu_tile_fn fn;
   iter_t it;
-  iter_build(&it, out, ins, n_in);
+  int64_t rows, inner;
+  int64_t per_unit; /* batched: rows per tile; else tiles per row */
+  bool batched;
+  atomic_bool fault;
+} tile_run_t;
+
+/* Element offsets (in elements of each operand) of the start of row r. */
+static void row_offsets(const iter_t* it, int64_t r, int64_t* off) {
+  int nd = it->ndim;
+  int64_t idx[TPU_MAX_DIMS];
+  for (int d = nd - 2; d >= 0; --d) { idx[d] = r % it->sizes[d]; r /= it->sizes[d]; }
+  for (int o = 0; o < it->nops; ++o) {
+    off[o] = 0;
+    for (int d = 0; d < nd - 1; ++d) off[o] += idx[d] * it->strides[o][d];
+  }
+}
+
+/* Moves off (and the odometer idx) from one row to the next. */
+static void row_next(const iter_t* it, int64_t* idx, int64_t* off) {
+  for (int d = it->ndim - 2; d >= 0; --d) {
+    for (int o = 0; o < it->nops; ++o) off[o] += it->strides[o][d];
+    if (++idx[d] < it->sizes[d]) return;
+    for (int o = 0; o < it->nops; ++o) off[o] -= it->strides[o][d] * it->sizes[d];
+    idx[d] = 0;
+  }
+}
+
+/* Units [b, e): rows*tiles_per_row tiles, or ceil(rows / rows_per_tile) row batches. */
+static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
+  tile_run_t* R = arg;
+  const iter_t* it = &R->it;
+  tpu_dtype_t c = R->c;
+  int n_in = R->n_in, nd = it->ndim;
   size_t csz = tpu_dtype_size(c);
   char* scratch = tpu__malloc((size_t)(n_in + 1) * TILE * csz);
   if (!scratch) return TPU_HOST_NOMEM();
   for (int j = 0; j < n_in; ++j)
-    if (ins[j]->is_scalar) fill_const(scratch + (size_t)(j + 1) * TILE * csz, c, ins[j], TILE);
-
-  int nd = it.ndim;
-  int64_t inner = it.sizes[nd - 1];
-  int64_t rows = 1;
-  for (int d = 0; d < nd - 1; ++d) rows *= it.sizes[d];
-  int64_t idx[TPU_MAX_DIMS] = {0};
+    if (R->ins[j]->is_scalar) fill_const(scratch + (size_t)(j + 1) * TILE * csz, c, R->ins[j], TILE);
   const void* inp[8] = {0}; /* absent inputs stay NULL for the tile functions */
+  const char* ibase[8];
+  size_t isz[8];
+  for (int j = 0; j < n_in; ++j) {
+    isz[j] = tpu_dtype_size(R->ins[j]->dtype);
+    ibase[j] = R->ins[j]->value ? tpu__operand_ptr(R->ins[j]) : NULL;
+  }
+  tpu_operand_t* out = R->out;
   size_t osz = tpu_dtype_size(out->dtype);
   char* obase = tpu__operand_ptr(out);
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t off[9];
-    for (int o = 0; o < it.nops; ++o) {
-      off[o] = 0;
-      for (int d = 0; d < nd - 1; ++d) off[o] += idx[d] * it.strides[o][d];
-    }
-    for (int64_t t0 = 0; t0 < inner; t0 += TILE) {
+  int64_t inner = R->inner, ost = it->strides[0][nd - 1];
+  int64_t idx[TPU_MAX_DIMS] = {0}, off[9];
+  int64_t row = R->batched ? b * R->per_unit : b / R->per_unit;
+  { int64_t r = row; for (int d = nd - 2; d >= 0; --d) { idx[d] = r % it->sizes[d]; r /= it->sizes[d]; } }
+  row_offsets(it, row, off);
+  bool faulted = tile_faulted;
+  tile_faulted = false;
+  for (int64_t u = b; u < e; ++u) {
+    if (!R->batched) {
+      int64_t t0 = (u % R->per_unit) * TILE;
+      if (u != b && t0 == 0) row_next(it, idx, off);
       int64_t len = inner - t0 < TILE ? inner - t0 : TILE;
       for (int j = 0; j < n_in; ++j) {
-        const tpu_operand_t* op = ins[j];
+        const tpu_operand_t* op = R->ins[j];
         char* buf = scratch + (size_t)(j + 1) * TILE * csz;
         if (op->is_scalar) { inp[j] = buf; continue; }
-        if (!op->value) { inp[j] = NULL; continue; } /* absent optional input */
-        int64_t st = it.strides[j + 1][nd - 1];
-        size_t isz = tpu_dtype_size(op->dtype);
-        const char* p = tpu__operand_ptr(op) + (off[j + 1] + t0 * st) * (int64_t)isz;
+        if (!op->value) { inp[j] = NULL; continue; }
+        int64_t st = it->strides[j + 1][nd - 1];
+        const char* p = ibase[j] + (off[j + 1] + t0 * st) * (int64_t)isz[j];
         if (op->dtype == c && st == 1) inp[j] = p;
         else { tpu__convert_run(buf, c, 1, p, op->dtype, st, len); inp[j] = buf; }
       }
-      int64_t ost = it.strides[0][nd - 1];
       char* op_ = obase + (off[0] + t0 * ost) * (int64_t)osz;
       if (out->dtype == c && ost == 1) {
-        fn(len, op_, inp, node);
+        R->fn(len, op_, inp, R->node);
       } else {
-        fn(len, scratch, inp, node);
+        R->fn(len, scratch, inp, R->node);
         tpu__convert_run(op_, out->dtype, ost, scratch, c, 1, len);
       }
-    }
-    for (int d = nd - 2; d >= 0; --d) {
-      if (++idx[d] < it.sizes[d]) break;
-      idx[d] = 0;
+    } else {
+      /* Gather whole rows into the tiles, run once, scatter the output rows. */
+      int64_t r0 = u * R->per_unit, r1 = r0 + R->per_unit < R->rows ? r0 + R->per_unit : R->rows;
+      int64_t len = (r1 - r0) * inner;
+      int64_t soff[9], sidx[TPU_MAX_DIMS];
+      if (u != b) row_next(it, idx, off);
+      memcpy(soff, off, sizeof soff);
+      memcpy(sidx, idx, sizeof sidx);
+      for (int j = 0; j < n_in; ++j) {
+        const tpu_operand_t* op = R->ins[j];
+        char* buf = scratch + (size_t)(j + 1) * TILE * csz;
+        inp[j] = op->is_scalar ? buf : op->value ? buf : NULL;
+      }
+      for (int64_t r = r0; r < r1; ++r) {
+        if (r != r0) row_next(it, idx, off);
+        for (int j = 0; j < n_in; ++j) {
+          const tpu_operand_t* op = R->ins[j];
+          if (op->is_scalar || !op->value) continue;
+          char* buf = scratch + (size_t)(j + 1) * TILE * csz + (size_t)((r - r0) * inner) * csz;
+          tpu__convert_run(buf, c, 1, ibase[j] + off[j + 1] * (int64_t)isz[j], op->dtype,
+                           it->strides[j + 1][nd - 1], inner);
+        }
+      }
+      R->fn(len, scratch, inp, R->node);
+      memcpy(off, soff, sizeof soff);
+      memcpy(idx, sidx, sizeof sidx);
+      for (int64_t r = r0; r < r1; ++r) {
+        if (r != r0) row_next(it, idx, off);
+        tpu__convert_run(obase + off[0] * (int64_t)osz, out->dtype, ost,
+                         scratch + (size_t)((r - r0) * inner) * csz, c, 1, inner);
+      }
     }
   }
+  if (tile_faulted) atomic_store(&R->fault, true);
+  tile_faulted = faulted;
   tpu__free(scratch);
   return NULL;
+}
+
+tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
+                               const tpu_operand_t* const* ins, int n_in,
+                               tpu_dtype_t c, tpu_tile_fn fn) {
+  if (n_in > 8) return tpu_status_make(TPU_INTERNAL, "tile engine: too many inputs");
+  int64_t numel = tpu__operand_numel(out);
+  if (numel == 0) return NULL;
+  tile_run_t R = {node, out, ins, n_in, c, fn};
+  atomic_init(&R.fault, false);
+  iter_build(&R.it, out, ins, n_in);
+  int nd = R.it.ndim;
+  R.inner = R.it.sizes[nd - 1];
+  R.rows = 1;
+  for (int d = 0; d < nd - 1; ++d) R.rows *= R.it.sizes[d];
+  int64_t units;
+  if (R.inner < SMALL_ROW && R.rows > 1) {
+    R.batched = true;
+    R.per_unit = TILE / R.inner;
+    units = (R.rows + R.per_unit - 1) / R.per_unit;
+  } else {
+    R.per_unit = (R.inner + TILE - 1) / TILE;
+    units = R.rows * R.per_unit;
+  }
+  /* Elementwise work scales with elements times operands; a unit is ~TILE elements. */
+  int64_t grain = TPU_PARALLEL_MIN_WORK / ((int64_t)TILE * (n_in + 1)) + 1;
+  tpu_status_t st = numel * (n_in + 1) < TPU_PARALLEL_MIN_WORK ? tile_chunk(&R, 0, units, 0)
+                                                               : tpu__parallel_for(units, grain, tile_chunk, &R);
+  if (atomic_load(&R.fault)) tile_faulted = true;
+  return st;
 }
 
 tpu_status_t tpu__tile_run(tpu_node_t* node, tpu_dtype_t c, tpu_tile_fn fn) {
@@ -204,16 +316,58 @@ tpu_status_t tpu__tile_run(tpu_node_t* node, tpu_dtype_t c, tpu_tile_fn fn) {
 
 /* ---- pack / unpack ------------------------------------------------------------------ */
 
-static void walk(tpu_operand_t* op, const int* perm, tpu_dtype_t dt, char* dense, bool to_dense) {
-  int nd = op->ndim;
+typedef struct walk_s {
+  int nd;
   int64_t sizes[TPU_MAX_DIMS], strides[TPU_MAX_DIMS];
+  int64_t inner, ist;
+  tpu_dtype_t op_dtype, dt;
+  char* base;
+  char* dense;
+  bool to_dense;
+  int64_t piece; /* > 0: one long row split into pieces of this many elements */
+} walk_t;
+
+static tpu_status_t walk_rows(void* arg, int64_t rb, int64_t re, int tid) {
+  walk_t* W = arg;
+  int nd = W->nd;
+  size_t dsz = tpu_dtype_size(W->dt), osz = tpu_dtype_size(W->op_dtype);
+  if (W->piece) {
+    int64_t b = rb * W->piece, e = re * W->piece < W->inner ? re * W->piece : W->inner;
+    char* p = W->base + b * W->ist * (int64_t)osz;
+    char* q = W->dense + b * (int64_t)dsz;
+    if (W->to_dense) tpu__convert_run(q, W->dt, 1, p, W->op_dtype, W->ist, e - b);
+    else tpu__convert_run(p, W->op_dtype, W->ist, q, W->dt, 1, e - b);
+    return NULL;
+  }
+  int64_t idx[TPU_MAX_DIMS] = {0}, off = 0;
+  int64_t r = rb;
+  for (int d = nd - 2; d >= 0; --d) { idx[d] = r % W->sizes[d]; r /= W->sizes[d]; }
+  for (int d = 0; d < nd - 1; ++d) off += idx[d] * W->strides[d];
+  for (r = rb; r < re; ++r) {
+    char* p = W->base + off * (int64_t)osz;
+    char* q = W->dense + r * W->inner * (int64_t)dsz;
+    if (W->to_dense) tpu__convert_run(q, W->dt, 1, p, W->op_dtype, W->ist, W->inner);
+    else tpu__convert_run(p, W->op_dtype, W->ist, q, W->dt, 1, W->inner);
+    for (int d = nd - 2; d >= 0; --d) {
+      off += W->strides[d];
+      if (++idx[d] < W->sizes[d]) break;
+      off -= W->strides[d] * W->sizes[d];
+      idx[d] = 0;
+    }
+  }
+  return NULL;
+}
+
+static void walk(tpu_operand_t* op, const int* perm, tpu_dtype_t dt, char* dense, bool to_dense) {
+  walk_t W;
+  int nd = W.nd = op->ndim;
   for (int d = 0; d < nd; ++d) {
     int s = perm ? perm[d] : d;
-    sizes[d] = op->sizes[s];
-    strides[d] = op->strides[s];
+    W.sizes[d] = op->sizes[s];
+    W.strides[d] = op->strides[s];
   }
   int64_t numel = 1;
-  for (int d = 0; d < nd; ++d) numel *= sizes[d];
+  for (int d = 0; d < nd; ++d) numel *= W.sizes[d];
   if (numel == 0) return;
   size_t dsz = tpu_dtype_size(dt);
   if (op->is_scalar) {
@@ -224,23 +378,24 @@ static void walk(tpu_operand_t* op, const int* perm, tpu_dtype_t dt, char* dense
     }
     return;
   }
-  int64_t inner = nd ? sizes[nd - 1] : 1, ist = nd ? strides[nd - 1] : 0;
-  int64_t rows = numel / inner;
-  size_t osz = tpu_dtype_size(op->dtype);
-  char* base = tpu__operand_ptr(op);
-  int64_t idx[TPU_MAX_DIMS] = {0};
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t off = 0;
-    for (int d = 0; d < nd - 1; ++d) off += idx[d] * strides[d];
-    char* p = base + off * (int64_t)osz;
-    char* q = dense + r * inner * (int64_t)dsz;
-    if (to_dense) tpu__convert_run(q, dt, 1, p, op->dtype, ist, inner);
-    else tpu__convert_run(p, op->dtype, ist, q, dt, 1, inner);
-    for (int d = nd - 2; d >= 0; --d) {
-      if (++idx[d] < sizes[d]) break;
-      idx[d] = 0;
-    }
+  W.inner = nd ? W.sizes[nd - 1] : 1;
+  W.ist = nd ? W.strides[nd - 1] : 0;
+  W.op_dtype = op->dtype;
+  W.dt = dt;
+  W.base = tpu__operand_ptr(op);
+  W.dense = dense;
+  W.to_dense = to_dense;
+  int64_t rows = numel / W.inner;
+  W.piece = 0;
+  if (rows == 1 && numel >= 4 * TPU_PARALLEL_MIN_WORK) {
+    W.piece = 4 * TPU_PARALLEL_MIN_WORK;
+    rows = (numel + W.piece - 1) / W.piece;
   }
+  /* Conversions of large tensors split by rows; each row is written by one thread. */
+  if (numel >= 4 * TPU_PARALLEL_MIN_WORK && rows > 1)
+    tpu_status_free(tpu__parallel_for(rows, W.piece ? 1 : 4 * TPU_PARALLEL_MIN_WORK / W.inner + 1, walk_rows, &W));
+  else
+    walk_rows(&W, 0, rows, 0);
 }
 
 void tpu__pack(const tpu_operand_t* op, const int* perm, tpu_dtype_t dt, void* dst) {

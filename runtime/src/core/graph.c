@@ -1,0 +1,560 @@
+/* defer_and_fuse: per-device pending graphs, cuts, planning with a plan cache, and the
+ * executor that runs a cut graph on the queue thread. docs/modes.md describes the
+ * behaviour; this file is the mechanism.
+ *
+ * Append: a node joins its device's pending graph. Its *shape hash* (kind, variant,
+ * dtypes, shapes, strides, integer attributes; no scalar values) feeds loop detection;
+ * its *flow hash* adds the graph-local ids of the values it touches, so two graphs with
+ * equal keys have the same structure and data flow.
+ * Cut: at host reads and synchronize (tpu_flush), a mode change, TORCHTPU_GRAPH_MAX_NODES,
+ * and when the op stream repeats (the pending ops are two copies of a period of at least
+ * MIN_PERIOD ops: the first copy is cut off; or the pending ops equal the previous graph).
+ * Plan: the driver says which nodes it can fuse; consecutive fusable nodes with one
+ * output shape and no aliasing hazard form a group; a group output that no one outside
+ * the group can see (its only references are the group's operands: no live tensor, no
+ * later op) is internal and never materialized. Plans are cached by key (flow hash plus
+ * which values are dead), so a repeated training step does no planning.
+ * Run: groups run in graph order; each node is freed right after it runs, so values die
+ * as early as their last use and their memory goes back to the pool for the next value
+ * (liveness-based reuse through the caching pool). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/internal.h"
+
+#define MAX_DEVICES 64
+#define MIN_PERIOD 16
+#define MAX_GROUP 64
+#define EXPLAIN_CAP 4096
+#define PLAN_CACHE_CAP 512
+
+typedef struct tpu_graph_s {
+  int device;
+  tpu_node_t** nodes;
+  int n;
+  int* group_end;     /* per node: index one past its group's last node (set at group starts) */
+  uint8_t* internal;  /* per node: output 0 is internal to its group */
+  int explain_index;  /* record to fill with run time, or -1 */
+} tpu_graph_t;
+
+typedef struct plan_s {
+  uint64_t key;
+  int n;
+  int* group_end;
+  uint8_t* internal;
+  struct plan_s* next;
+} plan_t;
+
+typedef struct vmap_s { const tpu_value_t** keys; int* ids; int cap, count; } vmap_t;
+
+typedef struct pending_s {
+  tpu_node_t** nodes;
+  uint64_t* shape_h;   /* per node */
+  int n, cap;
+  uint64_t flow;       /* running flow hash */
+  uint64_t shape_chain;/* running hash of shape hashes */
+  int period, run;     /* candidate repetition period (0: none) and how many ops in a
+                          row have equalled the op one period earlier */
+  uint64_t* seen_h;    /* shape hash -> last position (open addressing), for periods */
+  int* seen_pos;
+  int seen_cap, seen_n;
+  vmap_t vmap;
+  uint64_t last_chain; /* previous graph's shape chain and length */
+  int last_len;
+} pending_t;
+
+static pending_t pend[MAX_DEVICES];
+static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
+static int max_nodes = 0;
+
+static plan_t* plan_cache[PLAN_CACHE_CAP];
+static uint64_t plans_built, plan_hits;
+
+static tpu_cut_record_t explain_log[EXPLAIN_CAP];
+static int explain_n;
+static pthread_mutex_t explain_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+/* ---- value ids ------------------------------------------------------------------------ */
+static int vmap_id(vmap_t* m, const tpu_value_t* v) {
+  if (m->count * 2 >= m->cap) {
+    int cap = m->cap ? m->cap * 2 : 256;
+    const tpu_value_t** keys = tpu__calloc((size_t)cap, sizeof(*keys));
+    int* ids = tpu__calloc((size_t)cap, sizeof(int));
+    if (!keys || !ids) { tpu__free(keys); tpu__free(ids); return -1; }
+    for (int i = 0; i < m->cap; ++i)
+      if (m->keys[i]) {
+        size_t h = ((uintptr_t)m->keys[i] >> 4) & (size_t)(cap - 1);
+        while (keys[h]) h = (h + 1) & (size_t)(cap - 1);
+        keys[h] = m->keys[i];
+        ids[h] = m->ids[i];
+      }
+    tpu__free(m->keys);
+    tpu__free(m->ids);
+    m->keys = keys;
+    m->ids = ids;
+    m->cap = cap;
+  }
+  size_t h = ((uintptr_t)v >> 4) & (size_t)(m->cap - 1);
+  while (m->keys[h] && m->keys[h] != v) h = (h + 1) & (size_t)(m->cap - 1);
+  if (!m->keys[h]) { m->keys[h] = v; m->ids[h] = m->count++; }
+  return m->ids[h];
+}
+
+static void vmap_clear(vmap_t* m) {
+  if (m->keys) memset(m->keys, 0, sizeof(*m->keys) * (size_t)m->cap);
+  m->count = 0;
+}
+
+static uint64_t operand_shape_hash(uint64_t h, const tpu_operand_t* op) {
+  h = mix(h, (uint64_t)op->dtype * 131 + (uint64_t)op->is_scalar * 7 + (uint64_t)(op->value != NULL));
+  h = mix(h, (uint64_t)(int64_t)op->ndim);
+  for (int d = 0; d < op->ndim; ++d) h = mix(mix(h, (uint64_t)op->sizes[d]), (uint64_t)op->strides[d]);
+  return mix(h, (uint64_t)op->offset);
+}
+
+static uint64_t node_shape_hash(const tpu_node_t* n) {
+  uint64_t h = mix(mix(mix(0, (uint64_t)n->kind), (uint64_t)n->aten_index), (uint64_t)n->variant);
+  h = mix(mix(h, (uint64_t)n->compute), (uint64_t)(n->n_in * 16 + n->n_out));
+  for (int i = 0; i < TPU_NODE_NUM_IATTR; ++i)
+    if (!(n->runtime_ia >> i & 1u)) h = mix(h, (uint64_t)n->ia[i]);
+  for (int i = 0; i < n->ilist_len; ++i) h = mix(h, (uint64_t)n->ilist[i]);
+  for (int i = 0; i < n->n_in; ++i) h = operand_shape_hash(h, &n->in[i]);
+  for (int i = 0; i < n->n_out; ++i) h = operand_shape_hash(h, &n->out[i]);
+  return h;
+}
+
+/* ---- mode ----------------------------------------------------------------------------- */
+static tpu_status_t flush_locked(int device, const char* reason, int upto);
+
+tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) {
+  if (mode != TPU_EAGER_STRICT && mode != TPU_EAGER_DEBUG && mode != TPU_EAGER_DEFER)
+    return tpu_status_make(TPU_VALUE_ERROR, "unknown eager mode %d", (int)mode);
+  pthread_mutex_lock(&graph_mu);
+  tpu_status_t st = NULL;
+  for (int d = 0; d < MAX_DEVICES && !st; ++d)
+    if (pend[d].n) st = flush_locked(d, "eager mode change", pend[d].n);
+  if (!st) atomic_store(&tpu__eager_mode, (int)mode);
+  pthread_mutex_unlock(&graph_mu);
+  return st;
+}
+
+tpu_eager_mode_t tpu_get_eager_mode(void) { return (tpu_eager_mode_t)atomic_load(&tpu__eager_mode); }
+
+/* ---- append and cut --------------------------------------------------------------------- */
+static int graph_max_nodes(void) {
+  if (!max_nodes) {
+    const char* e = getenv("TORCHTPU_GRAPH_MAX_NODES");
+    int v = e && *e ? atoi(e) : 0;
+    max_nodes = v >= 2 ? v : 1024;
+  }
+  return max_nodes;
+}
+
+static uint64_t flow_hash(pending_t* p, const tpu_node_t* n, uint64_t shape_h) {
+  uint64_t h = shape_h;
+  for (int i = 0; i < n->n_in; ++i)
+    h = mix(h, n->in[i].value ? (uint64_t)vmap_id(&p->vmap, n->in[i].value) + 1 : 0);
+  for (int i = 0; i < n->n_out; ++i)
+    h = mix(h, n->out_bound[i] ? (uint64_t)vmap_id(&p->vmap, n->out[i].value) + 1 : 0);
+  return h;
+}
+
+/* Last position of shape hash h among the pending ops (-1: none); then records m. */
+static int seen_swap(pending_t* p, uint64_t h, int m) {
+  if (p->seen_n * 2 >= p->seen_cap) {
+    int cap = p->seen_cap ? p->seen_cap * 2 : 512;
+    uint64_t* hs = tpu__calloc((size_t)cap, sizeof(uint64_t));
+    int* ps = tpu__malloc(sizeof(int) * (size_t)cap);
+    if (!hs || !ps) { tpu__free(hs); tpu__free(ps); return -1; }
+    for (int i = 0; i < cap; ++i) ps[i] = -1;
+    for (int i = 0; i < p->seen_cap; ++i)
+      if (p->seen_pos[i] >= 0) {
+        size_t k = (size_t)(p->seen_h[i] & (uint64_t)(cap - 1));
+        while (ps[k] >= 0) k = (k + 1) & (size_t)(cap - 1);
+        hs[k] = p->seen_h[i];
+        ps[k] = p->seen_pos[i];
+      }
+    tpu__free(p->seen_h);
+    tpu__free(p->seen_pos);
+    p->seen_h = hs;
+    p->seen_pos = ps;
+    p->seen_cap = cap;
+  }
+  size_t k = (size_t)(h & (uint64_t)(p->seen_cap - 1));
+  while (p->seen_pos[k] >= 0 && p->seen_h[k] != h) k = (k + 1) & (size_t)(p->seen_cap - 1);
+  int last = p->seen_pos[k];
+  if (last < 0) p->seen_n++;
+  p->seen_h[k] = h;
+  p->seen_pos[k] = m;
+  return last;
+}
+
+static tpu_status_t push_node(pending_t* p, tpu_node_t* n) {
+  if (p->n == p->cap) {
+    int cap = p->cap ? p->cap * 2 : 256;
+    tpu_node_t** nodes = tpu__realloc(p->nodes, sizeof(*nodes) * (size_t)cap);
+    if (!nodes) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM growing the pending graph");
+    p->nodes = nodes;
+    uint64_t* sh = tpu__realloc(p->shape_h, sizeof(*sh) * (size_t)cap);
+    if (!sh) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM growing the pending graph");
+    p->shape_h = sh;
+    p->cap = cap;
+  }
+  uint64_t sh = node_shape_hash(n);
+  int m = p->n;
+  p->nodes[m] = n;
+  p->shape_h[m] = sh;
+  p->n++;
+  p->flow = mix(p->flow, flow_hash(p, n, sh));
+  p->shape_chain = mix(p->shape_chain, sh);
+  /* Repetition: the distance to this op's previous occurrence is a candidate period; it
+   * holds while each op equals the one a period earlier. */
+  if (p->period) {
+    if (sh == p->shape_h[m - p->period]) p->run++;
+    else p->period = p->run = 0;
+  }
+  int last = seen_swap(p, sh, m);
+  if (!p->period && last >= 0 && m - last >= MIN_PERIOD) {
+    p->period = m - last;
+    p->run = 1;
+  }
+  return NULL;
+}
+
+/* Restarts the pending graph with nodes[from..n) (after a cut of the prefix). */
+static tpu_status_t restart_with(pending_t* p, tpu_node_t** rest, int count) {
+  p->n = 0;
+  p->flow = 0;
+  p->shape_chain = 0;
+  p->period = p->run = 0;
+  if (p->seen_pos) for (int i = 0; i < p->seen_cap; ++i) p->seen_pos[i] = -1;
+  p->seen_n = 0;
+  vmap_clear(&p->vmap);
+  for (int i = 0; i < count; ++i) TPU_RETURN_IF_ERROR(push_node(p, rest[i]));
+  return NULL;
+}
+
+tpu_status_t tpu__graph_append(int device, tpu_node_t* n) {
+  if (device < 0 || device >= MAX_DEVICES) {
+    tpu__node_free(n);
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "bad device %d", device);
+  }
+  pthread_mutex_lock(&graph_mu);
+  pending_t* p = &pend[device];
+  tpu_status_t st = push_node(p, n);
+  if (st) { pthread_mutex_unlock(&graph_mu); tpu__node_free(n); return st; }
+  if (p->period && p->run >= p->period) {
+    /* The last 2P ops are two copies of one period: cut any warm-up before them, then
+     * each copy as its own graph; later copies are cut by the previous-graph rule. */
+    int period = p->period, start = p->n - 2 * period;
+    if (start > 0) st = flush_locked(device, "ops before a detected loop", start);
+    if (!st) st = flush_locked(device, "loop detected: the op stream repeated", period);
+    if (!st) st = flush_locked(device, "loop detected: same ops as the previous graph", period);
+  } else if (p->last_len && p->n == p->last_len && p->shape_chain == p->last_chain)
+    st = flush_locked(device, "loop detected: same ops as the previous graph", p->n);
+  else if (p->n >= graph_max_nodes())
+    st = flush_locked(device, "size limit (TORCHTPU_GRAPH_MAX_NODES)", p->n);
+  pthread_mutex_unlock(&graph_mu);
+  return st;
+}
+
+tpu_status_t tpu_flush(int device, const char* reason) {
+  if (device < 0 || device >= MAX_DEVICES) return NULL;
+  pthread_mutex_lock(&graph_mu);
+  tpu_status_t st = pend[device].n ? flush_locked(device, reason, pend[device].n) : NULL;
+  pthread_mutex_unlock(&graph_mu);
+  return st;
+}
+
+/* ---- planning ----------------------------------------------------------------------------- */
+static bool views_equal(const tpu_operand_t* a, const tpu_operand_t* b) {
+  if (a->value != b->value || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
+    return false;
+  for (int d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] != 1 && a->strides[d] != b->strides[d])) return false;
+  return true;
+}
+
+static bool same_shape(const tpu_operand_t* a, const tpu_operand_t* b) {
+  if (a->ndim != b->ndim) return false;
+  for (int d = 0; d < a->ndim; ++d) if (a->sizes[d] != b->sizes[d]) return false;
+  return true;
+}
+
+/* Adding c to nodes[s..e) is safe when every value written in the group is accessed
+ * through one view only (so element i of every access is the same memory). */
+static bool hazard_free(tpu_node_t** nodes, int s, int e, const tpu_node_t* c) {
+  const tpu_operand_t* cw = &c->out[0];
+  for (int g = s; g < e; ++g) {
+    const tpu_node_t* n = nodes[g];
+    const tpu_operand_t* nw = &n->out[0];
+    if (nw->value == cw->value && !views_equal(nw, cw)) return false;
+    for (int j = 0; j < c->n_in; ++j)
+      if (c->in[j].value == nw->value && !views_equal(&c->in[j], nw)) return false;
+    for (int j = 0; j < n->n_in; ++j)
+      if (n->in[j].value == cw->value && !views_equal(&n->in[j], cw)) return false;
+  }
+  return true;
+}
+
+/* References to v held by operands of nodes[s..e). */
+static int refs_in(tpu_node_t** nodes, int s, int e, const tpu_value_t* v) {
+  int r = 0;
+  for (int g = s; g < e; ++g) {
+    const tpu_node_t* n = nodes[g];
+    for (int j = 0; j < n->n_in; ++j) r += n->in[j].value == v;
+    for (int j = 0; j < n->n_out; ++j) r += n->out_bound[j] && n->out[j].value == v;
+  }
+  return r;
+}
+
+static void partition(tpu_graph_t* g) {
+  tpu_driver_t* drv = tpu__driver();
+  bool (*can_fuse)(tpu_driver_t*, const tpu_node_t*) = drv->vt->can_fuse;
+  int i = 0;
+  while (i < g->n) {
+    int e = i + 1;
+    if (can_fuse && drv->vt->run_group && can_fuse(drv, g->nodes[i]))
+      while (e < g->n && e - i < MAX_GROUP && can_fuse(drv, g->nodes[e]) &&
+             same_shape(&g->nodes[e]->out[0], &g->nodes[i]->out[0]) &&
+             hazard_free(g->nodes, i, e, g->nodes[e]))
+        ++e;
+    g->group_end[i] = e;
+    for (int k = i; k < e; ++k) {
+      const tpu_operand_t* o = &g->nodes[k]->out[0];
+      /* Internal: every reference to the value is an operand of this group (no tensor
+       * holds it, no later op reads it), and each read uses the producing view. */
+      bool internal = e - i > 1 && g->nodes[k]->variant == TPU_VARIANT_FUNCTIONAL &&
+                      atomic_load(&o->value->refs) == refs_in(g->nodes, i, e, o->value);
+      for (int r = k + 1; internal && r < e; ++r)
+        for (int j = 0; j < g->nodes[r]->n_in; ++j)
+          if (g->nodes[r]->in[j].value == o->value && !views_equal(&g->nodes[r]->in[j], o)) internal = false;
+      g->internal[k] = internal;
+    }
+    i = e;
+  }
+}
+
+/* The key adds, to the flow hash, which values are referenced only by the graph (one
+ * pass: operand references per value, then compare with each value's refcount). */
+static uint64_t plan_key(tpu_node_t** nodes, int n, uint64_t flow) {
+  vmap_t m = {0};
+  int cap = 0, *count = NULL;
+  uint64_t h = mix(flow, (uint64_t)n);
+  for (int pass = 0; pass < 2; ++pass)
+    for (int i = 0; i < n; ++i) {
+      const tpu_node_t* nd = nodes[i];
+      for (int j = 0; j < nd->n_in + nd->n_out; ++j) {
+        const tpu_operand_t* op = j < nd->n_in ? &nd->in[j] : &nd->out[j - nd->n_in];
+        if (!op->value || (j >= nd->n_in && !nd->out_bound[j - nd->n_in])) continue;
+        int id = vmap_id(&m, op->value);
+        if (id < 0) { h = mix(h, 0xdead); continue; } /* host OOM: the key just gets less precise */
+        if (pass == 0) {
+          if (id >= cap) {
+            int nc = cap ? cap * 2 : 256;
+            while (nc <= id) nc *= 2;
+            int* c2 = tpu__realloc(count, sizeof(int) * (size_t)nc);
+            if (!c2) continue;
+            memset(c2 + cap, 0, sizeof(int) * (size_t)(nc - cap));
+            count = c2;
+            cap = nc;
+          }
+          count[id]++;
+        } else if (j == nd->n_in && id < cap) { /* output 0: is it dead outside the graph? */
+          h = mix(h, (uint64_t)(atomic_load(&op->value->refs) == count[id]));
+        }
+      }
+    }
+  tpu__free(count);
+  tpu__free(m.keys);
+  tpu__free(m.ids);
+  return h;
+}
+
+static tpu_status_t flush_locked(int device, const char* reason, int upto) {
+  pending_t* p = &pend[device];
+  double t0 = now_us();
+  int n = upto;
+  /* Flow hash of the prefix: recomputed when cutting before the end. */
+  uint64_t flow = p->flow;
+  if (upto != p->n) {
+    vmap_t saved = p->vmap;
+    p->vmap = (vmap_t){0};
+    flow = 0;
+    for (int i = 0; i < n; ++i) flow = mix(flow, flow_hash(p, p->nodes[i], p->shape_h[i]));
+    tpu__free(p->vmap.keys);
+    tpu__free(p->vmap.ids);
+    p->vmap = saved;
+  }
+  uint64_t chain = 0;
+  for (int i = 0; i < n; ++i) chain = mix(chain, p->shape_h[i]);
+  tpu_graph_t* g = tpu__calloc(1, sizeof(*g));
+  tpu_node_t* gn = tpu__node_create();
+  if (g) {
+    g->nodes = tpu__malloc(sizeof(tpu_node_t*) * (size_t)n);
+    g->group_end = tpu__calloc((size_t)n, sizeof(int));
+    g->internal = tpu__calloc((size_t)n, 1);
+  }
+  if (!g || !gn || !g->nodes || !g->group_end || !g->internal) {
+    tpu__graph_free(g);
+    tpu__node_free(gn);
+    return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM cutting the pending graph");
+  }
+  g->device = device;
+  g->n = n;
+  memcpy(g->nodes, p->nodes, sizeof(tpu_node_t*) * (size_t)n);
+  uint64_t key = plan_key(g->nodes, n, flow);
+  plan_t* hit = NULL;
+  for (plan_t* c = plan_cache[key % PLAN_CACHE_CAP]; c; c = c->next)
+    if (c->key == key && c->n == n) { hit = c; break; }
+  if (hit) {
+    memcpy(g->group_end, hit->group_end, sizeof(int) * (size_t)n);
+    memcpy(g->internal, hit->internal, (size_t)n);
+    plan_hits++;
+  } else {
+    partition(g);
+    plans_built++;
+    plan_t* c = tpu__calloc(1, sizeof(*c));
+    if (c) {
+      c->group_end = tpu__malloc(sizeof(int) * (size_t)n);
+      c->internal = tpu__malloc((size_t)n);
+      if (c->group_end && c->internal) {
+        c->key = key;
+        c->n = n;
+        memcpy(c->group_end, g->group_end, sizeof(int) * (size_t)n);
+        memcpy(c->internal, g->internal, (size_t)n);
+        c->next = plan_cache[key % PLAN_CACHE_CAP];
+        plan_cache[key % PLAN_CACHE_CAP] = c;
+      } else {
+        tpu__free(c->group_end); tpu__free(c->internal); tpu__free(c);
+      }
+    }
+  }
+  /* The explain record. */
+  tpu_cut_record_t rec = {0};
+  snprintf(rec.reason, sizeof rec.reason, "%s", reason);
+  const char* site = NULL;
+  for (int i = n - 1; i >= 0 && !site; --i) site = g->nodes[i]->site;
+  const char* cur = tpu__current_site();
+  snprintf(rec.site, sizeof rec.site, "%s", cur ? cur : site ? site : "");
+  rec.device = device;
+  rec.nodes = n;
+  rec.key = key;
+  rec.cache_hit = hit != NULL;
+  for (int i = 0; i < n;) {
+    int e = g->group_end[i];
+    rec.kernels++;
+    if (e - i > 1) {
+      rec.fused_groups++;
+      rec.fused_nodes += e - i;
+      for (int k = i; k < e; ++k) rec.internal_values += g->internal[k];
+    }
+    i = e;
+  }
+  rec.plan_us = now_us() - t0;
+  pthread_mutex_lock(&explain_mu);
+  g->explain_index = explain_n < EXPLAIN_CAP ? explain_n : -1;
+  if (explain_n < EXPLAIN_CAP) explain_log[explain_n++] = rec;
+  pthread_mutex_unlock(&explain_mu);
+  /* Keep the remainder (after a loop cut) as the new pending graph. */
+  p->last_chain = chain;
+  p->last_len = n;
+  tpu_status_t st = restart_with(p, p->nodes + n, p->n - n);
+  gn->kind = TPU_KIND_GRAPH;
+  gn->graph = g;
+  tpu_status_t qs = tpu__queue_push(device, gn, false);
+  if (st) { tpu_status_free(qs); return st; }
+  return qs;
+}
+
+/* ---- execution (queue thread) --------------------------------------------------------------- */
+tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
+  double t0 = now_us();
+  tpu_driver_t* drv = tpu__driver();
+  tpu_status_t first = NULL;
+  for (int i = 0; i < g->n;) {
+    int e = g->group_end[i];
+    tpu_status_t st = NULL;
+    if (e - i == 1) {
+      st = tpu__node_run(device, g->nodes[i]);
+    } else {
+      for (int k = i; k < e && !st; ++k) {
+        tpu_node_t* n = g->nodes[k];
+        for (int j = 0; j < n->n_in && !st; ++j) {
+          const tpu_value_t* v = n->in[j].value;
+          bool internal = false; /* produced inside the group, never stored */
+          for (int q = i; q < k && !internal; ++q) internal = g->internal[q] && g->nodes[q]->out[0].value == v;
+          if (v && !internal) st = tpu__value_materialize(n->in[j].value);
+        }
+        if (!st && !g->internal[k]) st = tpu__value_materialize(n->out[0].value);
+      }
+      if (!st) st = drv->vt->run_group(drv, g->nodes + i, e - i, g->internal + i);
+      if (st)
+        st = tpu_status_annotate(st, "error in a fused group of %d ops starting with %s", e - i,
+                                 tpu__node_describe(g->nodes[i]));
+    }
+    if (st) { if (!first) first = st; else tpu_status_free(st); }
+    for (int k = i; k < e; ++k) { tpu__node_free(g->nodes[k]); g->nodes[k] = NULL; }
+    i = e;
+  }
+  if (g->explain_index >= 0) {
+    pthread_mutex_lock(&explain_mu);
+    if (g->explain_index < explain_n) explain_log[g->explain_index].run_us = now_us() - t0;
+    pthread_mutex_unlock(&explain_mu);
+  }
+  return first;
+}
+
+void tpu__graph_free(tpu_graph_t* g) {
+  if (!g) return;
+  for (int i = 0; g->nodes && i < g->n; ++i) tpu__node_free(g->nodes[i]);
+  tpu__free(g->nodes);
+  tpu__free(g->group_end);
+  tpu__free(g->internal);
+  tpu__free(g);
+}
+
+/* ---- explain ----------------------------------------------------------------------------------- */
+int tpu_explain_count(void) {
+  pthread_mutex_lock(&explain_mu);
+  int n = explain_n;
+  pthread_mutex_unlock(&explain_mu);
+  return n;
+}
+
+bool tpu_explain_get(int i, tpu_cut_record_t* out) {
+  pthread_mutex_lock(&explain_mu);
+  bool ok = i >= 0 && i < explain_n;
+  if (ok) *out = explain_log[i];
+  pthread_mutex_unlock(&explain_mu);
+  return ok;
+}
+
+void tpu_explain_clear(void) {
+  pthread_mutex_lock(&explain_mu);
+  explain_n = 0;
+  pthread_mutex_unlock(&explain_mu);
+  pthread_mutex_lock(&graph_mu);
+  plans_built = plan_hits = 0;
+  pthread_mutex_unlock(&graph_mu);
+}
+
+void tpu_plan_cache_stats(uint64_t* out_plans, uint64_t* out_hits) {
+  pthread_mutex_lock(&graph_mu);
+  *out_plans = plans_built;
+  *out_hits = plan_hits;
+  pthread_mutex_unlock(&graph_mu);
+}

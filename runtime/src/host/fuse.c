@@ -1,0 +1,159 @@
+/* Fused elementwise groups: k nodes with one output shape run as a single tile loop.
+ *
+ * Each tile (TILE elements of one row of the coalesced iteration space) flows through
+ * every node of the group while it sits in cache: a node reads its inputs from the
+ * producing node's tile buffer when an earlier group member wrote that value (same
+ * view, as the planner guarantees), from memory otherwise, and writes its output tile
+ * to memory only when the value is needed outside the group (internal[i] == 0). An
+ * output whose dtype is narrower than the compute dtype is rounded through it, so a
+ * fused group computes exactly what the same ops compute one by one. */
+#include "host/host.h"
+
+#define TILE 1024
+#define MAX_OPS 256
+
+typedef struct src_s {
+  int kind;        /* 0 external operand, 1 scalar, 2 producer tile */
+  int index;       /* external operand index or producer node index */
+} src_t;
+
+static bool same_view(const tpu_operand_t* a, const tpu_operand_t* b) {
+  if (a->value != b->value || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
+    return false;
+  for (int d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] != 1 && a->strides[d] != b->strides[d])) return false;
+  return true;
+}
+
+bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* n) {
+  (void)d;
+  if (n->n_out != 1 || n->n_in > 8 || !tpu__elementwise_tile_fn(n)) return false;
+  for (int i = 0; i < n->n_in; ++i)
+    if (!n->in[i].is_scalar && !n->in[i].value) return false; /* absent optional input */
+  return true;
+}
+
+tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, int k,
+                                 const uint8_t* internal) {
+  (void)drv;
+  const tpu_operand_t* shape_op = &nodes[0]->out[0];
+  int nd = shape_op->ndim;
+  int64_t numel = tpu__operand_numel(shape_op);
+  /* Gather external operands: inputs read from memory and outputs written to it. */
+  const tpu_operand_t* ext[MAX_OPS];
+  int n_ext = 0;
+  src_t* src = tpu__calloc((size_t)k * 8, sizeof(src_t));
+  int* out_ext = tpu__malloc(sizeof(int) * (size_t)k);
+  tpu_dtype_t* cdt = tpu__malloc(sizeof(tpu_dtype_t) * (size_t)k);
+  tpu_tile_fn* fns = tpu__malloc(sizeof(tpu_tile_fn) * (size_t)k);
+  tpu_status_t st = NULL;
+  char* scratch = NULL;
+  if (!src || !out_ext || !cdt || !fns) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int i = 0; i < k; ++i) {
+    const tpu_node_t* n = nodes[i];
+    fns[i] = tpu__elementwise_tile_fn(n);
+    cdt[i] = n->compute;
+    for (int j = 0; j < n->n_in; ++j) {
+      const tpu_operand_t* op = &n->in[j];
+      src_t* s = &src[i * 8 + j];
+      if (op->is_scalar) { s->kind = 1; continue; }
+      int p = -1;
+      for (int q = i - 1; q >= 0 && p < 0; --q)
+        if (same_view(&nodes[q]->out[0], op)) p = q;
+      if (p >= 0) { s->kind = 2; s->index = p; continue; }
+      if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
+      s->kind = 0;
+      s->index = n_ext;
+      ext[n_ext++] = op;
+    }
+    out_ext[i] = -1;
+    if (!internal[i]) {
+      if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
+      out_ext[i] = n_ext;
+      ext[n_ext++] = &n->out[0];
+    }
+  }
+  if (numel == 0) goto done;
+  /* Per node: an output tile (8-byte slots) and up to 8 input conversion tiles. */
+  size_t per_node = (size_t)9 * TILE * 8;
+  scratch = tpu__malloc(per_node * (size_t)k + (size_t)TILE * 8);
+  if (!scratch) { st = TPU_HOST_NOMEM(); goto done; }
+  char* round_buf = scratch + per_node * (size_t)k;
+  /* Constant tiles for scalar inputs, filled once. */
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < nodes[i]->n_in; ++j)
+      if (src[i * 8 + j].kind == 1) {
+        const tpu_operand_t* s = &nodes[i]->in[j];
+        char* buf = scratch + per_node * (size_t)i + (size_t)(j + 1) * TILE * 8;
+        for (int64_t t = 0; t < TILE; ++t) {
+          if (cdt[i] == TPU_DTYPE_F32) ((float*)buf)[t] = (float)s->scalar_d;
+          else if (cdt[i] == TPU_DTYPE_F64) ((double*)buf)[t] = s->scalar_d;
+          else ((int64_t*)buf)[t] = s->scalar_i;
+        }
+      }
+  /* Element strides of every external operand, broadcast to the group shape. */
+  int64_t inner = nd ? shape_op->sizes[nd - 1] : 1;
+  int64_t rows = inner ? numel / inner : 0;
+  int64_t idx[TPU_MAX_DIMS] = {0};
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t base[MAX_OPS];
+    for (int e = 0; e < n_ext; ++e) {
+      const tpu_operand_t* op = ext[e];
+      int64_t off = op->offset;
+      for (int d = 0; d < nd - 1; ++d) {
+        int sd = d - (nd - op->ndim);
+        if (sd >= 0 && op->sizes[sd] != 1) off += idx[d] * op->strides[sd];
+      }
+      base[e] = off;
+    }
+    for (int64_t t0 = 0; t0 < inner; t0 += TILE) {
+      int64_t len = inner - t0 < TILE ? inner - t0 : TILE;
+      for (int i = 0; i < k; ++i) {
+        const tpu_node_t* n = nodes[i];
+        char* nbuf = scratch + per_node * (size_t)i;
+        const void* ins[8] = {0};
+        for (int j = 0; j < n->n_in; ++j) {
+          const src_t* s = &src[i * 8 + j];
+          char* conv = nbuf + (size_t)(j + 1) * TILE * 8;
+          if (s->kind == 1) { ins[j] = conv; continue; }
+          if (s->kind == 2) {
+            char* pb = scratch + per_node * (size_t)s->index;
+            if (cdt[s->index] == cdt[i]) ins[j] = pb;
+            else { tpu__convert_run(conv, cdt[i], 1, pb, cdt[s->index], 1, len); ins[j] = conv; }
+            continue;
+          }
+          const tpu_operand_t* op = ext[s->index];
+          int ld = nd - 1 - (nd - op->ndim);
+          int64_t st_ = ld >= 0 && op->sizes[ld] != 1 ? op->strides[ld] : 0;
+          const char* p = (const char*)op->value->data +
+                          (base[s->index] + t0 * st_) * (int64_t)tpu_dtype_size(op->dtype);
+          if (op->dtype == cdt[i] && st_ == 1) ins[j] = p;
+          else { tpu__convert_run(conv, cdt[i], 1, p, op->dtype, st_, len); ins[j] = conv; }
+        }
+        fns[i](len, nbuf, ins, n);
+        tpu_dtype_t od = n->out[0].dtype;
+        if (od != cdt[i]) { /* round through the output dtype, exactly as a store would */
+          tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
+          tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
+        }
+        if (out_ext[i] >= 0) {
+          const tpu_operand_t* op = ext[out_ext[i]];
+          int64_t st_ = nd ? op->strides[nd - 1] : 0;
+          char* p = (char*)op->value->data + (base[out_ext[i]] + t0 * st_) * (int64_t)tpu_dtype_size(od);
+          tpu__convert_run(p, od, st_, nbuf, cdt[i], 1, len);
+        }
+      }
+    }
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < shape_op->sizes[d]) break;
+      idx[d] = 0;
+    }
+  }
+done:
+  tpu__free(scratch);
+  tpu__free(src);
+  tpu__free(out_ext);
+  tpu__free(cdt);
+  tpu__free(fns);
+  return st;
+}

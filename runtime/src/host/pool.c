@@ -1,0 +1,152 @@
+/* The host driver's thread pool (declarations and contract in host/host.h).
+ *
+ * One process-wide pool of persistent workers, sized once. A parallel region hands out
+ * its chunks statically: chunk c of k covers [c*n/k, (c+1)*n/k) and runs on thread c,
+ * the caller being thread 0, so a kernel that combines per-chunk partials in chunk order
+ * gets the same answer every run. Only one region runs at a time; a caller that finds
+ * the pool busy (another device's queue thread) or that is itself inside a region runs
+ * serially instead of queueing, so the machine is never oversubscribed. The queue thread
+ * is also the only thread that calls BLAS, and only outside a region. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "host/host.h"
+
+#define MAX_THREADS 256
+
+typedef struct region_s {
+  tpu_parallel_fn fn;
+  void* ctx;
+  int64_t n;
+  int chunks;
+  tpu_status_t errs[MAX_THREADS]; /* per chunk; combined in chunk order */
+} region_t;
+
+typedef struct pool_s {
+  int nthreads; /* including the caller */
+  pthread_mutex_t busy; /* held by the thread running a region */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_start, cv_done;
+  uint64_t generation;  /* bumped per region; workers run chunks of the new one */
+  int pending;          /* worker chunks of the current region not finished */
+  region_t* region;
+  pthread_t threads[MAX_THREADS];
+  int started; /* workers actually running */
+} pool_t;
+
+static pool_t pool;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static _Thread_local bool in_region;
+
+static void run_chunk(region_t* r, int c) {
+  int64_t b = r->n * c / r->chunks, e = r->n * (c + 1) / r->chunks;
+  r->errs[c] = b < e ? r->fn(r->ctx, b, e, c) : NULL;
+}
+
+static void* worker_main(void* arg) {
+  int tid = (int)(intptr_t)arg;
+  in_region = true; /* anything a worker runs is inside a region: nested calls go serial */
+  uint64_t seen = 0;
+  pthread_mutex_lock(&pool.mu);
+  for (;;) {
+    while (pool.generation == seen) pthread_cond_wait(&pool.cv_start, &pool.mu);
+    seen = pool.generation;
+    region_t* r = pool.region;
+    if (!r || tid >= r->chunks) continue; /* a region this worker has no chunk in */
+    pthread_mutex_unlock(&pool.mu);
+    run_chunk(r, tid);
+    pthread_mutex_lock(&pool.mu);
+    if (--pool.pending == 0) pthread_cond_signal(&pool.cv_done);
+  }
+  return NULL;
+}
+
+static int threads_from_env(void) {
+  const char* e = getenv("TORCHTPU_NUM_THREADS");
+  if (e && *e) {
+    int n = atoi(e);
+    if (n >= 1) return n < MAX_THREADS ? n : MAX_THREADS;
+  }
+  long c = sysconf(_SC_NPROCESSORS_ONLN);
+  return c < 1 ? 1 : c > MAX_THREADS ? MAX_THREADS : (int)c;
+}
+
+static void pool_init(void) {
+  pool.nthreads = threads_from_env();
+  pthread_mutex_init(&pool.busy, NULL);
+  pthread_mutex_init(&pool.mu, NULL);
+  pthread_cond_init(&pool.cv_start, NULL);
+  pthread_cond_init(&pool.cv_done, NULL);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  /* Workers that fail to start just shrink the pool; a region never waits on them. */
+  for (int t = 1; t < pool.nthreads; ++t) {
+    if (pthread_create(&pool.threads[t], &attr, worker_main, (void*)(intptr_t)t) != 0) break;
+    pool.started = t;
+  }
+  pthread_attr_destroy(&attr);
+  pool.nthreads = pool.started + 1;
+}
+
+int tpu__num_threads(void) {
+  pthread_once(&pool_once, pool_init);
+  return pool.nthreads;
+}
+
+int tpu__parallel_chunks(int64_t n, int64_t grain) {
+  int nt = tpu__num_threads();
+  if (n <= 0) return 1;
+  if (grain < 1) grain = 1;
+  int64_t k = (n + grain - 1) / grain;
+  if (k > nt) k = nt;
+  return k < 1 ? 1 : (int)k;
+}
+
+/* First error in chunk order; the rest are released. */
+static tpu_status_t combine(region_t* r) {
+  tpu_status_t first = NULL;
+  for (int c = 0; c < r->chunks; ++c) {
+    if (!first) first = r->errs[c];
+    else tpu_status_free(r->errs[c]);
+  }
+  return first;
+}
+
+tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx) {
+  if (n <= 0) return NULL;
+  int chunks = tpu__parallel_chunks(n, grain);
+  if (chunks <= 1 || in_region || pthread_mutex_trylock(&pool.busy) != 0)
+    return chunks <= 1 || in_region ? fn(ctx, 0, n, 0) : tpu__parallel_serial(n, chunks, fn, ctx);
+  region_t r = {fn, ctx, n, chunks, {0}};
+  pthread_mutex_lock(&pool.mu);
+  pool.region = &r;
+  pool.pending = chunks - 1;
+  pool.generation++;
+  pthread_cond_broadcast(&pool.cv_start);
+  pthread_mutex_unlock(&pool.mu);
+  in_region = true;
+  run_chunk(&r, 0);
+  in_region = false;
+  pthread_mutex_lock(&pool.mu);
+  while (pool.pending > 0) pthread_cond_wait(&pool.cv_done, &pool.mu);
+  pool.region = NULL;
+  pthread_mutex_unlock(&pool.mu);
+  pthread_mutex_unlock(&pool.busy);
+  return combine(&r);
+}
+
+tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx) {
+  /* Same chunks as the parallel run, one after another: results that depend on the
+   * partition (per-chunk partials) stay identical to what the pool would compute. */
+  region_t r = {fn, ctx, n, chunks, {0}};
+  bool outer = in_region;
+  in_region = true;
+  for (int c = 0; c < chunks; ++c) {
+    int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    r.errs[c] = b < e ? fn(ctx, b, e, c) : NULL;
+  }
+  in_region = outer;
+  return combine(&r);
+}

@@ -1,0 +1,187 @@
+"""The three eager modes: API, equal results, defer_and_fuse's cuts/fusion/plan cache and
+memory, debug's checks and trace, strict's asynchronous errors."""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from tolerances import assert_close
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import train_cnn  # noqa: E402
+import train_gpt  # noqa: E402
+import train_mlp  # noqa: E402
+
+MODES = ["strict", "debug", "defer_and_fuse"]
+
+
+def test_mode_api():
+    start = torchtpu.get_eager_mode()
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        assert torchtpu.get_eager_mode() == "defer_and_fuse"
+        with torchtpu.eager_mode("debug"):
+            assert torchtpu.get_eager_mode() == "debug"
+        assert torchtpu.get_eager_mode() == "defer_and_fuse"
+    assert torchtpu.get_eager_mode() == start
+    with pytest.raises(ValueError, match="eager mode"):
+        torchtpu.set_eager_mode("fast")
+
+
+@pytest.mark.parametrize("env,expect", [({"TORCHTPU_EAGER_MODE": "defer_and_fuse"}, "defer_and_fuse"),
+                                        ({"TPU_LAUNCH_BLOCKING": "1"}, "debug")])
+def test_mode_from_environment(env, expect):
+    e = {k: v for k, v in os.environ.items() if k not in ("TORCHTPU_EAGER_MODE", "TPU_LAUNCH_BLOCKING")}
+    e.update(env)
+    out = subprocess.run([sys.executable, "-c", "import torch, torchtpu; print(torchtpu.get_eager_mode())"],
+                         capture_output=True, text=True, env=e, timeout=120)
+    assert out.stdout.strip() == expect, out.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mod", [train_mlp, train_cnn, train_gpt], ids=["mlp", "cnn", "gpt"])
+def test_training_matches_strict(mode, mod):
+    with torchtpu.set_eager_mode("strict"):
+        ref = mod.run(torch.device("tpu"), steps=8)
+    with torchtpu.set_eager_mode(mode):
+        got = mod.run(torch.device("tpu"), steps=8)
+    # Fusion keeps every op's rounding (intermediates round through their dtype), so the
+    # modes agree to float32 reassociation at most.
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-5, atol=1e-6)
+
+
+def _chain(x):
+    return (F.gelu(x * 2.0 + 1.0) - x).exp().mul(0.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_defer_fuses_elementwise_chain_exactly(dtype):
+    x = torch.randn(300, 129).to(dtype)
+    with torchtpu.set_eager_mode("strict"):
+        ref = _chain(x.to("tpu")).cpu()
+    torchtpu.explain(clear=True)
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        got = _chain(x.to("tpu")).cpu()
+    assert torch.equal(got, ref)  # same ops, same roundings: bit-identical
+    cuts = torchtpu.explain()
+    assert len(cuts) == 1
+    c = cuts[0]
+    assert c["fused_groups"] == 1 and c["fused_ops"] >= 6 and c["internal_values"] >= 5
+    assert "host read" in c["reason"] and "test_modes.py" in c["site"]
+
+
+def test_defer_respects_aliasing_and_inplace():
+    x = torch.randn(64, 64)
+    def f(t):
+        y = t * 2
+        t.add_(1)             # in place on an input read earlier in the chain
+        z = y + t
+        v = t.t()             # a different view of a value written in the group
+        w = v * 3             # must not be fused against t's in-place write
+        t.mul_(w.t())
+        return z, t
+    with torchtpu.set_eager_mode("strict"):
+        a = [r.cpu() for r in f(x.to("tpu"))]
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        b = [r.cpu() for r in f(x.to("tpu"))]
+    for p, q in zip(a, b):
+        assert torch.equal(p, q)
+    assert torch.equal(a[0], x * 2 + (x + 1))
+
+
+def test_defer_loop_detection_and_plan_cache():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1)).to("tpu")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 16, device="tpu"), torch.randn(8, 1, device="tpu")
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        torchtpu.explain(clear=True)
+        for _ in range(6):  # no host reads: cuts come from loop detection
+            opt.zero_grad(set_to_none=True)
+            F.mse_loss(model(x), y).backward()
+            opt.step()
+        torch.tpu.synchronize()
+        cuts = torchtpu.explain()
+    assert any("loop detected" in c["reason"] for c in cuts)
+    assert cuts.plan_cache_hits >= 3, str(cuts)
+    assert cuts.plans_built <= 3, str(cuts)
+    assert sum(c["fused_groups"] for c in cuts) > 0
+
+
+def test_defer_lower_peak_memory():
+    x = torch.randn(1 << 18)
+    def run(mode):
+        with torchtpu.set_eager_mode(mode):
+            t = x.to("tpu")
+            torch.tpu.synchronize()
+            torch.tpu.reset_peak_memory_stats()
+            base = torch.tpu.memory_allocated()
+            r = _chain(_chain(t)).sum().item()
+            return r, torch.tpu.max_memory_allocated() - base
+    (rs, ps), (rd, pd) = run("strict"), run("defer_and_fuse")
+    assert rs == rd
+    assert pd < ps / 2, (ps, pd)
+
+
+def test_defer_out_of_memory_surfaces_at_read():
+    code = ("import torch, torchtpu\ntorchtpu.set_eager_mode('defer_and_fuse')\n"
+            "x = torch.empty(1 << 22, device='tpu').fill_(1.0)\n"
+            "try:\n    x.sum().item()\nexcept torch.OutOfMemoryError as e:\n    print('OOM', 'fill_' in str(e))\n"
+            "print(torch.ones(4, device='tpu').sum().item())\n")
+    env = dict(os.environ, TORCHTPU_HBM_BYTES=str(1 << 20))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "OOM True" in out.stdout and "4.0" in out.stdout
+
+
+def test_debug_nan_check_names_op_and_line():
+    with torchtpu.set_eager_mode("debug"):
+        z = torch.zeros(3, device="tpu")
+        with torchtpu.set_debug_options(nan="raise"):
+            with pytest.raises(RuntimeError, match=r"div.*test_modes.py:\d+.*NaN"):
+                z / z
+        with torchtpu.set_debug_options(nan="warn"):
+            with pytest.warns(UserWarning, match=r"log.*0 NaN and 3 Inf"):
+                torch.log(z)
+
+
+def test_debug_trace_and_fallback_path():
+    with torchtpu.set_eager_mode("debug"):
+        torchtpu.trace(clear=True)
+        a = torch.ones(2, 3, device="tpu")
+        (a + 1).sum()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.special.bessel_j0(a)
+        tr = torchtpu.trace()
+    ops = [r["op"] for r in tr]
+    assert "add.Tensor" in ops and "sum" in ops
+    add = tr[ops.index("add.Tensor")]
+    assert add["shapes"].startswith("float32[2, 3]") and "test_modes.py" in add["site"] and add["us"] >= 0
+    assert any(r["path"] == "fallback" and "bessel_j0" in r["op"] for r in tr)
+
+
+def test_strict_async_error_surfaces_at_sync_naming_op():
+    with torchtpu.set_eager_mode("strict"):
+        x = torch.randn(4, 3, device="tpu")
+        idx = torch.tensor([[0, 7, 1]], device="tpu")
+        y = torch.gather(x, 0, idx)  # queued; the bad index is found when it runs
+        with pytest.raises(RuntimeError, match=r"gather.*index 7 is out of bounds"):
+            y.cpu()
+        assert torch.ones(2, device="tpu").sum().item() == 2.0  # the device stays usable
+
+
+def test_varying_sequence_lengths_plan_count():
+    """A new shape builds a new plan; a repeated one does not (reported in docs/modes.md)."""
+    torch.manual_seed(0)
+    model = train_gpt.make_model(ctx=64).to("tpu")
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        torchtpu.explain(clear=True)
+        for t in [16, 24, 32, 16, 24, 32]:
+            model(torch.randint(0, 128, (2, t), device="tpu")).sum().item()
+        cuts = torchtpu.explain()
+    assert cuts.plans_built == 3 and cuts.plan_cache_hits == 3, str(cuts)

@@ -1,0 +1,59 @@
+"""The host driver's thread pool: results must not depend on the thread count.
+
+Each case runs in a fresh process (the pool is sized once, from TORCHTPU_NUM_THREADS) with
+1, 2 and 3 threads; tensors are large enough that every parallelized kernel family takes
+its threaded path, and the outputs must be bitwise identical."""
+import os
+import subprocess
+import sys
+
+import torch
+
+SCRIPT = r"""
+import sys, torch, torch.nn.functional as F
+torch.manual_seed(0)
+dev = "tpu"
+x = torch.randn(300, 1000)
+w = torch.randn(1000)
+b = torch.randn(1000)
+big = torch.randn(3_000_000)
+idx = torch.randint(0, 300, (4000,))
+img = torch.randn(4, 8, 40, 40)
+cw = torch.randn(16, 8, 3, 3)
+q, k, v = (torch.randn(2, 4, 256, 32) for _ in range(3))
+out = {}
+xd = x.to(dev).requires_grad_()
+out["add"] = xd + xd * 3.0
+out["gelu_bf16"] = F.gelu(xd.to(torch.bfloat16))
+out["tiny_rows"] = torch.randn(40000, 3).to(dev) * torch.randn(3).to(dev)
+out["sum_rows"] = xd.sum(1)
+out["sum_cols"] = xd.sum(0)
+out["sum_all"] = big.to(dev).sum()
+out["norm_all"] = big.to(dev).norm()
+out["var"] = xd.var(1)
+out["softmax"] = torch.softmax(xd, 1)
+out["log_softmax_dim0"] = torch.log_softmax(xd, 0)
+ln = F.layer_norm(xd, (1000,), w.to(dev).requires_grad_(), b.to(dev))
+out["layer_norm"] = ln
+out["cumsum"] = xd.cumsum(1)
+out["emb"] = F.embedding(idx.to(dev), xd)
+out["index_select"] = xd.index_select(0, idx.to(dev))
+out["conv"] = F.conv2d(img.to(dev), cw.to(dev), padding=1)
+out["sdpa"] = F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev), is_causal=True)
+(ln.square().sum() + torch.log_softmax(xd, 1).sum()).backward()
+out["grad_x"] = xd.grad
+torch.save({k: v.detach().cpu() for k, v in out.items()}, sys.argv[1])
+"""
+
+
+def test_results_do_not_depend_on_thread_count(tmp_path):
+    results = []
+    for n in (1, 2, 3):
+        path = tmp_path / f"t{n}.pt"
+        env = dict(os.environ, TORCHTPU_NUM_THREADS=str(n))
+        subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, check=True, timeout=300)
+        results.append(torch.load(path))
+    base = results[0]
+    for n, r in zip((2, 3), results[1:]):
+        for key in base:
+            assert torch.equal(base[key], r[key]), f"{key}: differs between 1 and {n} threads"

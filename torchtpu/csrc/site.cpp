@@ -1,0 +1,49 @@
+// Python call sites for messages: debug mode names the line of every op, and
+// defer_and_fuse's explain() names the line that cut each graph.
+#include <Python.h>
+#include <frameobject.h>
+
+#include <string>
+
+#include "adapter.h"
+
+namespace torchtpu {
+
+static bool is_library_file(const char* f) {
+  return std::strstr(f, "/torch/") || std::strstr(f, "/torchtpu/") || std::strstr(f, "<frozen");
+}
+
+std::string python_call_site() {
+  if (!Py_IsInitialized()) return "";
+  PyGILState_STATE gs = PyGILState_Ensure();
+  std::string out;
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  std::string fallback;
+  while (f) {
+    PyCodeObject* code = PyFrame_GetCode(f);  // new ref
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* name = PyUnicode_AsUTF8(code->co_name);
+    int line = PyFrame_GetLineNumber(f);
+    std::string here = std::string(file ? file : "?") + ":" + std::to_string(line) + " in " + (name ? name : "?");
+    if (fallback.empty()) fallback = here;
+    bool lib = file && is_library_file(file);
+    Py_DECREF(code);
+    if (!lib) { out = here; Py_DECREF(f); f = nullptr; break; }
+    PyFrameObject* back = PyFrame_GetBack(f);  // new ref
+    Py_DECREF(f);
+    f = back;
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  PyGILState_Release(gs);
+  return out.empty() ? fallback : out;
+}
+
+CutSite::CutSite() : active(tpu_get_eager_mode() == TPU_EAGER_DEFER) {
+  if (active) tpu_set_call_site(python_call_site().c_str());
+}
+CutSite::~CutSite() {
+  if (active) tpu_set_call_site(nullptr);
+}
+
+}  // namespace torchtpu

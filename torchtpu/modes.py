@@ -1,0 +1,134 @@
+"""Eager execution modes: strict (default), debug, defer_and_fuse. See docs/modes.md.
+
+    torchtpu.set_eager_mode("defer_and_fuse")          # switch for the process
+    with torchtpu.set_eager_mode("debug"):             # ... or for a block
+        model(x)
+    torchtpu.get_eager_mode()                          # "strict"
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import warnings
+
+from . import _C
+
+MODES = ("strict", "debug", "defer_and_fuse")
+_NAN_POLICIES = {"off": 0, "warn": 1, "raise": 2}
+
+
+class set_eager_mode:
+    """Switches the eager mode now; used as a context manager it restores the previous
+    mode on exit. Switching flushes pending deferred work first."""
+
+    def __init__(self, mode: str):
+        if mode not in MODES:
+            raise ValueError(f"eager mode must be one of {MODES}, got {mode!r}")
+        self.previous = get_eager_mode()
+        _C._set_eager_mode(MODES.index(mode))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_eager_mode(MODES.index(self.previous))
+        return False
+
+
+eager_mode = set_eager_mode
+
+
+def get_eager_mode() -> str:
+    return MODES[_C._get_eager_mode()]
+
+
+_nan_policy = "raise"
+
+
+class set_debug_options:
+    """Debug mode's NaN/Inf check per floating output: 'raise' (default), 'warn', 'off'.
+    Applies now; as a context manager it restores the previous setting on exit."""
+
+    def __init__(self, nan: str = "raise"):
+        global _nan_policy
+        if nan not in _NAN_POLICIES:
+            raise ValueError(f"nan must be one of {tuple(_NAN_POLICIES)}, got {nan!r}")
+        self.previous = _nan_policy
+        _C._set_nan_check(_NAN_POLICIES[nan])
+        _nan_policy = nan
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        set_debug_options(self.previous)
+        return False
+
+
+def trace(clear: bool = False) -> list[dict]:
+    """Debug mode's per-op trace: op, shapes/dtypes, Python call site, microseconds, and
+    path ('native' or 'fallback')."""
+    out = _C._trace()
+    if clear:
+        _C._trace_clear()
+    return out
+
+
+class Explanation(list):
+    """The cuts of defer_and_fuse since the last clear; prints as a table."""
+
+    def __init__(self, cuts, plans, hits):
+        super().__init__(cuts)
+        self.plans_built, self.plan_cache_hits = plans, hits
+
+    def __str__(self):
+        lines = [f"{len(self)} graph cuts; plans built {self.plans_built}, plan cache hits "
+                 f"{self.plan_cache_hits}",
+                 f"{'#':>4} {'ops':>5} {'kernels':>7} {'fused':>11} {'internal':>8} {'cache':>5} "
+                 f"{'plan us':>8} {'run us':>9}  reason @ site"]
+        for i, c in enumerate(self):
+            fused = f"{c['fused_ops']}/{c['fused_groups']}g"
+            lines.append(f"{i:>4} {c['ops']:>5} {c['kernels']:>7} {fused:>11} {c['internal_values']:>8} "
+                         f"{'hit' if c['cache_hit'] else 'miss':>5} {c['plan_us']:>8.1f} {c['run_us']:>9.1f}  "
+                         f"{c['reason']} @ {c['site'] or '?'}")
+        return "\n".join(lines)
+
+
+def explain(clear: bool = False) -> Explanation:
+    """Every defer_and_fuse cut: why (reason and the Python line that caused it), graph
+    size, fused groups, values kept out of memory, plan cache hit or miss, and time spent
+    planning vs running (run time is filled in once the graph has run)."""
+    plans, hits = _C._plan_cache_stats()
+    out = Explanation(_C._explain(), plans, hits)
+    if clear:
+        _C._explain_clear()
+    return out
+
+
+def flush(device: int | None = None, reason: str = "torchtpu.flush()") -> None:
+    """Cuts the pending deferred graph now (a no-op in strict and debug modes)."""
+    from . import device as _dev
+    _C._flush(_dev._index(device), reason)
+
+
+def _init_from_env() -> None:
+    mode = os.environ.get("TORCHTPU_EAGER_MODE")
+    if os.environ.get("TPU_LAUNCH_BLOCKING", "0") not in ("", "0"):
+        mode = mode or "debug"
+    if mode:
+        set_eager_mode(mode)
+    nan = os.environ.get("TORCHTPU_DEBUG_NAN")
+    if nan:
+        set_debug_options(nan=nan)
+
+
+def _report_fallbacks_at_exit() -> None:
+    if get_eager_mode() != "debug":
+        return
+    report = dict(_C._fallback_counts())
+    if report:
+        warnings.warn("torchtpu debug mode: ops that ran through the CPU fallback: "
+                      + ", ".join(f"{k} x{v}" for k, v in sorted(report.items(), key=lambda kv: -kv[1])))
+
+
+atexit.register(_report_fallbacks_at_exit)
