@@ -34,7 +34,8 @@ typedef struct tpu_graph_s {
   int device;
   tpu_node_t** nodes;
   int n;
-  int* group_end;     /* per node: index one past its group's last node (set at group starts) */
+  int* order;         /* execution order: node indices, groups contiguous */
+  int* glen;          /* per position in order: length of the kernel starting there, else 0 */
   uint8_t* internal;  /* per node: output 0 is internal to its group */
   int explain_index;  /* record to fill with run time, or -1 */
 } tpu_graph_t;
@@ -42,7 +43,8 @@ typedef struct tpu_graph_s {
 typedef struct plan_s {
   uint64_t key;
   int n;
-  int* group_end;
+  int* order;
+  int* glen;
   uint8_t* internal;
   struct plan_s* next;
 } plan_t;
@@ -294,12 +296,51 @@ static bool same_shape(const tpu_operand_t* a, const tpu_operand_t* b) {
   return true;
 }
 
-/* Adding c to nodes[s..e) is safe when every value written in the group is accessed
+/* A set of value pointers (open addressing; cleared per group). */
+typedef struct vset_s { const tpu_value_t** keys; int cap, n; } vset_t;
+
+static bool vset_has(const vset_t* v, const tpu_value_t* x) {
+  if (!v->cap) return false;
+  size_t h = ((uintptr_t)x >> 4) & (size_t)(v->cap - 1);
+  while (v->keys[h]) {
+    if (v->keys[h] == x) return true;
+    h = (h + 1) & (size_t)(v->cap - 1);
+  }
+  return false;
+}
+
+static bool vset_add(vset_t* v, const tpu_value_t* x) {
+  if ((v->n + 1) * 2 > v->cap) {
+    int cap = v->cap ? v->cap * 2 : 64;
+    const tpu_value_t** k = tpu__calloc((size_t)cap, sizeof(*k));
+    if (!k) return false;
+    for (int i = 0; i < v->cap; ++i)
+      if (v->keys[i]) {
+        size_t h = ((uintptr_t)v->keys[i] >> 4) & (size_t)(cap - 1);
+        while (k[h]) h = (h + 1) & (size_t)(cap - 1);
+        k[h] = v->keys[i];
+      }
+    tpu__free(v->keys);
+    v->keys = k;
+    v->cap = cap;
+  }
+  size_t h = ((uintptr_t)x >> 4) & (size_t)(v->cap - 1);
+  while (v->keys[h] && v->keys[h] != x) h = (h + 1) & (size_t)(v->cap - 1);
+  if (!v->keys[h]) { v->keys[h] = x; v->n++; }
+  return true;
+}
+
+static void vset_clear(vset_t* v) {
+  if (v->keys) memset(v->keys, 0, sizeof(*v->keys) * (size_t)v->cap);
+  v->n = 0;
+}
+
+/* Adding c to the group is safe when every value written in the group is accessed
  * through one view only (so element i of every access is the same memory). */
-static bool hazard_free(tpu_node_t** nodes, int s, int e, const tpu_node_t* c) {
+static bool hazard_free(tpu_node_t** nodes, const int* members, int m, const tpu_node_t* c) {
   const tpu_operand_t* cw = &c->out[0];
-  for (int g = s; g < e; ++g) {
-    const tpu_node_t* n = nodes[g];
+  for (int g = 0; g < m; ++g) {
+    const tpu_node_t* n = nodes[members[g]];
     const tpu_operand_t* nw = &n->out[0];
     if (nw->value == cw->value && !views_equal(nw, cw)) return false;
     for (int j = 0; j < c->n_in; ++j)
@@ -310,42 +351,102 @@ static bool hazard_free(tpu_node_t** nodes, int s, int e, const tpu_node_t* c) {
   return true;
 }
 
-/* References to v held by operands of nodes[s..e). */
-static int refs_in(tpu_node_t** nodes, int s, int e, const tpu_value_t* v) {
+/* References to v held by operands of the group's nodes. */
+static int refs_in(tpu_node_t** nodes, const int* members, int m, const tpu_value_t* v) {
   int r = 0;
-  for (int g = s; g < e; ++g) {
-    const tpu_node_t* n = nodes[g];
+  for (int g = 0; g < m; ++g) {
+    const tpu_node_t* n = nodes[members[g]];
     for (int j = 0; j < n->n_in; ++j) r += n->in[j].value == v;
     for (int j = 0; j < n->n_out; ++j) r += n->out_bound[j] && n->out[j].value == v;
   }
   return r;
 }
 
-static void partition(tpu_graph_t* g) {
+/* Node j may move up past the skipped nodes (those it is scheduled before) when it
+ * writes nothing they touch and reads nothing they write. */
+static bool independent_of(const tpu_node_t* j, const vset_t* skipped_reads, const vset_t* skipped_writes) {
+  for (int k = 0; k < j->n_out; ++k)
+    if (j->out_bound[k] && (vset_has(skipped_reads, j->out[k].value) || vset_has(skipped_writes, j->out[k].value)))
+      return false;
+  for (int k = 0; k < j->n_in; ++k)
+    if (j->in[k].value && vset_has(skipped_writes, j->in[k].value)) return false;
+  return true;
+}
+
+static bool note_skipped(const tpu_node_t* k, vset_t* reads, vset_t* writes) {
+  bool ok = true;
+  for (int i = 0; i < k->n_in; ++i) if (k->in[i].value) ok &= vset_add(reads, k->in[i].value);
+  for (int i = 0; i < k->n_out; ++i) if (k->out_bound[i]) ok &= vset_add(writes, k->out[i].value);
+  return ok;
+}
+
+/* Groups fusable nodes of one output shape, also across independent ops in between
+ * (an optimizer's foreach ops are issued op-major over parameters of different shapes:
+ * each parameter's chain becomes one group), within a window of LOOKAHEAD ops. Nodes
+ * that cannot fuse keep their program order; a group runs where its first op was. */
+#define LOOKAHEAD 256
+
+static tpu_status_t partition(tpu_graph_t* g) {
   tpu_driver_t* drv = tpu__driver();
-  bool (*can_fuse)(tpu_driver_t*, const tpu_node_t*) = drv->vt->can_fuse;
-  int i = 0;
-  while (i < g->n) {
-    int e = i + 1;
-    if (can_fuse && drv->vt->run_group && can_fuse(drv, g->nodes[i]))
-      while (e < g->n && e - i < MAX_GROUP && can_fuse(drv, g->nodes[e]) &&
-             same_shape(&g->nodes[e]->out[0], &g->nodes[i]->out[0]) &&
-             hazard_free(g->nodes, i, e, g->nodes[e]))
-        ++e;
-    g->group_end[i] = e;
-    for (int k = i; k < e; ++k) {
-      const tpu_operand_t* o = &g->nodes[k]->out[0];
-      /* Internal: every reference to the value is an operand of this group (no tensor
-       * holds it, no later op reads it), and each read uses the producing view. */
-      bool internal = e - i > 1 && g->nodes[k]->variant == TPU_VARIANT_FUNCTIONAL &&
-                      atomic_load(&o->value->refs) == refs_in(g->nodes, i, e, o->value);
-      for (int r = k + 1; internal && r < e; ++r)
-        for (int j = 0; j < g->nodes[r]->n_in; ++j)
-          if (g->nodes[r]->in[j].value == o->value && !views_equal(&g->nodes[r]->in[j], o)) internal = false;
-      g->internal[k] = internal;
-    }
-    i = e;
+  bool fusion = drv->vt->can_fuse && drv->vt->run_group;
+  uint8_t* assigned = tpu__calloc((size_t)g->n, 1);
+  uint8_t* fusable = tpu__calloc((size_t)g->n, 1);
+  int* members = tpu__malloc(sizeof(int) * MAX_GROUP);
+  vset_t sr = {0}, sw = {0};
+  if (!assigned || !fusable || !members) {
+    tpu__free(assigned); tpu__free(fusable); tpu__free(members);
+    return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM planning a graph");
   }
+  for (int i = 0; fusion && i < g->n; ++i) fusable[i] = drv->vt->can_fuse(drv, g->nodes[i]);
+  int pos = 0;
+  for (int i = 0; i < g->n; ++i) {
+    if (assigned[i]) continue;
+    int m = 0;
+    members[m++] = i;
+    assigned[i] = 1;
+    if (fusable[i]) {
+      vset_clear(&sr);
+      vset_clear(&sw);
+      bool sets_ok = true;
+      int limit = g->n < i + LOOKAHEAD ? g->n : i + LOOKAHEAD;
+      for (int j = i + 1; j < limit && m < MAX_GROUP && sets_ok; ++j) {
+        if (assigned[j]) continue;
+        tpu_node_t* c = g->nodes[j];
+        if (fusable[j] && same_shape(&c->out[0], &g->nodes[i]->out[0]) &&
+            hazard_free(g->nodes, members, m, c) && independent_of(c, &sr, &sw)) {
+          members[m++] = j;
+          assigned[j] = 1;
+        } else {
+          sets_ok = note_skipped(c, &sr, &sw);
+        }
+      }
+    }
+    g->glen[pos] = m;
+    for (int k = 0; k < m; ++k) {
+      int idx = members[k];
+      g->order[pos + k] = idx;
+      const tpu_operand_t* o = &g->nodes[idx]->out[0];
+      /* Internal: every reference to the value is an operand of this group (no tensor
+       * holds it, no op outside the group reads it), and each read uses the producing view. */
+      bool internal = m > 1 && g->nodes[idx]->variant == TPU_VARIANT_FUNCTIONAL &&
+                      atomic_load(&o->value->refs) == refs_in(g->nodes, members, m, o->value);
+      for (int r = k + 1; internal && r < m; ++r) {
+        const tpu_node_t* rn = g->nodes[members[r]];
+        for (int j = 0; j < rn->n_in; ++j)
+          if (rn->in[j].value == o->value && !views_equal(&rn->in[j], o)) internal = false;
+      }
+      /* A value read by a group member *before* its producer in the member order would
+       * read memory, so it must be stored: members are in program order, so this holds. */
+      g->internal[idx] = internal;
+    }
+    pos += m;
+  }
+  tpu__free(assigned);
+  tpu__free(fusable);
+  tpu__free(members);
+  tpu__free(sr.keys);
+  tpu__free(sw.keys);
+  return NULL;
 }
 
 /* The key adds, to the flow hash, which values are referenced only by the graph (one
@@ -405,10 +506,11 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   tpu_node_t* gn = tpu__node_create();
   if (g) {
     g->nodes = tpu__malloc(sizeof(tpu_node_t*) * (size_t)n);
-    g->group_end = tpu__calloc((size_t)n, sizeof(int));
+    g->order = tpu__malloc(sizeof(int) * (size_t)n);
+    g->glen = tpu__calloc((size_t)n, sizeof(int));
     g->internal = tpu__calloc((size_t)n, 1);
   }
-  if (!g || !gn || !g->nodes || !g->group_end || !g->internal) {
+  if (!g || !gn || !g->nodes || !g->order || !g->glen || !g->internal) {
     tpu__graph_free(g);
     tpu__node_free(gn);
     return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM cutting the pending graph");
@@ -421,25 +523,33 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   for (plan_t* c = plan_cache[key % PLAN_CACHE_CAP]; c; c = c->next)
     if (c->key == key && c->n == n) { hit = c; break; }
   if (hit) {
-    memcpy(g->group_end, hit->group_end, sizeof(int) * (size_t)n);
+    memcpy(g->order, hit->order, sizeof(int) * (size_t)n);
+    memcpy(g->glen, hit->glen, sizeof(int) * (size_t)n);
     memcpy(g->internal, hit->internal, (size_t)n);
     plan_hits++;
   } else {
-    partition(g);
+    tpu_status_t pst = partition(g);
+    if (pst) {
+      tpu__graph_free(g);
+      tpu__node_free(gn);
+      return pst;
+    }
     plans_built++;
     plan_t* c = tpu__calloc(1, sizeof(*c));
     if (c) {
-      c->group_end = tpu__malloc(sizeof(int) * (size_t)n);
+      c->order = tpu__malloc(sizeof(int) * (size_t)n);
+      c->glen = tpu__malloc(sizeof(int) * (size_t)n);
       c->internal = tpu__malloc((size_t)n);
-      if (c->group_end && c->internal) {
+      if (c->order && c->glen && c->internal) {
         c->key = key;
         c->n = n;
-        memcpy(c->group_end, g->group_end, sizeof(int) * (size_t)n);
+        memcpy(c->order, g->order, sizeof(int) * (size_t)n);
+        memcpy(c->glen, g->glen, sizeof(int) * (size_t)n);
         memcpy(c->internal, g->internal, (size_t)n);
         c->next = plan_cache[key % PLAN_CACHE_CAP];
         plan_cache[key % PLAN_CACHE_CAP] = c;
       } else {
-        tpu__free(c->group_end); tpu__free(c->internal); tpu__free(c);
+        tpu__free(c->order); tpu__free(c->glen); tpu__free(c->internal); tpu__free(c);
       }
     }
   }
@@ -454,15 +564,15 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   rec.nodes = n;
   rec.key = key;
   rec.cache_hit = hit != NULL;
-  for (int i = 0; i < n;) {
-    int e = g->group_end[i];
+  for (int pos = 0; pos < n;) {
+    int len = g->glen[pos];
     rec.kernels++;
-    if (e - i > 1) {
+    if (len > 1) {
       rec.fused_groups++;
-      rec.fused_nodes += e - i;
-      for (int k = i; k < e; ++k) rec.internal_values += g->internal[k];
+      rec.fused_nodes += len;
+      for (int k = pos; k < pos + len; ++k) rec.internal_values += g->internal[g->order[k]];
     }
-    i = e;
+    pos += len;
   }
   rec.plan_us = now_us() - t0;
   pthread_mutex_lock(&explain_mu);
@@ -485,30 +595,41 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   double t0 = now_us();
   tpu_driver_t* drv = tpu__driver();
   tpu_status_t first = NULL;
-  for (int i = 0; i < g->n;) {
-    int e = g->group_end[i];
+  tpu_node_t* members[MAX_GROUP];
+  uint8_t internal[MAX_GROUP];
+  for (int pos = 0; pos < g->n;) {
+    int len = g->glen[pos];
     tpu_status_t st = NULL;
-    if (e - i == 1) {
-      st = tpu__node_run(device, g->nodes[i]);
+    if (len == 1) {
+      st = tpu__node_run(device, g->nodes[g->order[pos]]);
     } else {
-      for (int k = i; k < e && !st; ++k) {
-        tpu_node_t* n = g->nodes[k];
+      for (int k = 0; k < len; ++k) {
+        members[k] = g->nodes[g->order[pos + k]];
+        internal[k] = g->internal[g->order[pos + k]];
+      }
+      for (int k = 0; k < len && !st; ++k) {
+        tpu_node_t* n = members[k];
         for (int j = 0; j < n->n_in && !st; ++j) {
           const tpu_value_t* v = n->in[j].value;
-          bool internal = false; /* produced inside the group, never stored */
-          for (int q = i; q < k && !internal; ++q) internal = g->internal[q] && g->nodes[q]->out[0].value == v;
-          if (v && !internal) st = tpu__value_materialize(n->in[j].value);
+          bool inside = false; /* produced inside the group, never stored */
+          for (int q = 0; q < k && !inside; ++q) inside = internal[q] && members[q]->out[0].value == v;
+          if (v && !inside) st = tpu__value_materialize(n->in[j].value);
         }
-        if (!st && !g->internal[k]) st = tpu__value_materialize(n->out[0].value);
+        if (!st && !internal[k]) st = tpu__value_materialize(n->out[0].value);
       }
-      if (!st) st = drv->vt->run_group(drv, g->nodes + i, e - i, g->internal + i);
+      if (!st) st = drv->vt->run_group(drv, members, len, internal);
       if (st)
-        st = tpu_status_annotate(st, "error in a fused group of %d ops starting with %s", e - i,
-                                 tpu__node_describe(g->nodes[i]));
+        st = tpu_status_annotate(st, "error in a fused group of %d ops starting with %s", len,
+                                 tpu__node_describe(members[0]));
     }
     if (st) { if (!first) first = st; else tpu_status_free(st); }
-    for (int k = i; k < e; ++k) { tpu__node_free(g->nodes[k]); g->nodes[k] = NULL; }
-    i = e;
+    /* Free the kernel's nodes now: values die at their last use and their memory
+     * returns to the pool for the next value. */
+    for (int k = pos; k < pos + len; ++k) {
+      tpu__node_free(g->nodes[g->order[k]]);
+      g->nodes[g->order[k]] = NULL;
+    }
+    pos += len;
   }
   if (g->explain_index >= 0) {
     pthread_mutex_lock(&explain_mu);
@@ -522,7 +643,8 @@ void tpu__graph_free(tpu_graph_t* g) {
   if (!g) return;
   for (int i = 0; g->nodes && i < g->n; ++i) tpu__node_free(g->nodes[i]);
   tpu__free(g->nodes);
-  tpu__free(g->group_end);
+  tpu__free(g->order);
+  tpu__free(g->glen);
   tpu__free(g->internal);
   tpu__free(g);
 }

@@ -1,0 +1,154 @@
+"""Eager modes side by side: strict vs defer_and_fuse on tpu, with PyTorch's CPU eager as
+the outside reference, in one run. Reports steady-state time per iteration (median),
+speedup of defer_and_fuse over strict, and peak device memory per mode.
+
+    python bench/modes.py [--quick] [--write docs/benchmarks.md]
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import torchtpu  # noqa: E402
+import train_gpt  # noqa: E402
+
+
+def gpt_train(device, quick):
+    torch.manual_seed(0)
+    d, layers, batch, ctx = (64, 2, 4, 32) if quick else (128, 4, 8, 64)
+    model = train_gpt.make_model(d=d, layers=layers, ctx=ctx).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 128, (batch, ctx)).to(device)
+    y = torch.randint(0, 128, (batch, ctx)).to(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = train_gpt.loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+    return step
+
+
+def gelu_ln_mlp(device, quick):
+    torch.manual_seed(0)
+    d = 256 if quick else 512
+    net = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d))]).to(device)
+    x = torch.randn(64, d).to(device)
+
+    def step():
+        with torch.no_grad():
+            h = x
+            for i in range(0, len(net), 3):  # elementwise-heavy: extra pointwise work per layer
+                h = net[i + 2](F.gelu(net[i](h)) * torch.sigmoid(h) + 0.5 * h)
+            return h.sum()
+    return step
+
+
+def attention_inference(device, quick):
+    torch.manual_seed(0)
+    b, h, t, e = (2, 4, 64, 32) if quick else (4, 8, 128, 64)
+    q, k, v = (torch.randn(b, h, t, e).to(device) for _ in range(3))
+
+    def step():
+        with torch.no_grad():
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return (o * 0.5 + 1).square().mean()
+    return step
+
+
+def optimizer_many_params(device, quick):
+    torch.manual_seed(0)
+    n = 50 if quick else 200
+    params = [torch.randn(64, 64).to(device).requires_grad_() for _ in range(n)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-3)
+
+    def step():
+        opt.step()
+        return params[0]
+    return step
+
+
+WORKLOADS = {"GPT training step (fwd+bwd+AdamW)": gpt_train,
+             "GELU/LayerNorm MLP (inference)": gelu_ln_mlp,
+             "attention inference": attention_inference,
+             "AdamW step over many params": optimizer_many_params}
+
+
+def measure(make, device, mode, iters, quick):
+    ctx = torchtpu.set_eager_mode(mode) if device.type == "tpu" else None
+    try:
+        step = make(device, quick)
+        for _ in range(3):  # warm-up: first plans, caches, pool
+            r = step()
+            _sync(r, device)
+        if device.type == "tpu":
+            torch.tpu.synchronize()
+            torch.tpu.reset_peak_memory_stats()
+            base = torch.tpu.memory_allocated()
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            r = step()
+            _sync(r, device)
+            times.append(time.perf_counter() - t0)
+        peak = torch.tpu.max_memory_allocated() - base if device.type == "tpu" else None
+        return statistics.median(times), peak
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+
+def _sync(r, device):
+    if device.type == "tpu":
+        r.sum().item() if r.dim() else r.item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small sizes, few iterations")
+    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--write", default=None, help="replace the 'Eager modes' section of this Markdown file")
+    a = ap.parse_args()
+    iters = a.iters or (5 if a.quick else 15)
+    rows = []
+    for name, make in WORKLOADS.items():
+        s, ps = measure(make, torch.device("tpu"), "strict", iters, a.quick)
+        d, pd = measure(make, torch.device("tpu"), "defer_and_fuse", iters, a.quick)
+        c, _ = measure(make, torch.device("cpu"), None, iters, a.quick)
+        rows.append((name, s, d, c, ps, pd))
+        print(f"{name}: strict {s*1e3:.2f} ms, defer_and_fuse {d*1e3:.2f} ms ({s/d:.2f}x), "
+              f"CPU eager {c*1e3:.2f} ms; peak MiB strict {ps/2**20:.2f} defer {pd/2**20:.2f}", flush=True)
+    cmd = "python bench/modes.py" + (" --quick" if a.quick else "") + (f" --write {a.write}" if a.write else "")
+    lines = ["## Eager modes", "", f"Command: `{cmd}` (steady-state median of {iters} iterations after 3 "
+             "warm-up iterations; one process, same machine, so read the ratios).", "",
+             "| workload | strict ms | defer_and_fuse ms | defer vs strict | CPU eager ms | defer vs CPU | "
+             "peak MiB strict | peak MiB defer |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, s, d, c, ps, pd in rows:
+        lines.append(f"| {name} | {s*1e3:.2f} | {d*1e3:.2f} | {s/d:.2f}x | {c*1e3:.2f} | {c/d:.2f}x | "
+                     f"{ps/2**20:.2f} | {pd/2**20:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.write:
+        _replace_section(a.write, "## Eager modes", text)
+
+
+def _replace_section(path, heading, text):
+    old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    if heading in old:
+        start = old.index(heading)
+        nxt = old.find("\n## ", start + len(heading))
+        old = old[:start] + (old[nxt + 1:] if nxt >= 0 else "")
+    open(path, "w").write(old.rstrip() + "\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
