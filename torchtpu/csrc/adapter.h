@@ -48,11 +48,21 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // the calling thread runs no Python (e.g. the autograd engine's device thread).
 // Takes the GIL; used only where the cost is acceptable (debug mode, graph cuts).
 std::string python_call_site();
-// Sets libtpurt's call site for a host read (a graph cut in defer_and_fuse) while alive.
-struct CutSite {
-  CutSite();
-  ~CutSite();
-  bool active;
+// Sets libtpurt's call site while alive (cleared on exit, also by an exception), if
+// `active`. CutSite: for a host read, which cuts a graph in defer_and_fuse. OpSite: for
+// every op in debug mode.
+struct ScopedSite {
+  explicit ScopedSite(bool active);
+  ~ScopedSite();
+  ScopedSite(const ScopedSite&) = delete;
+  ScopedSite& operator=(const ScopedSite&) = delete;
+  const bool active;
+};
+struct CutSite : ScopedSite {
+  CutSite() : ScopedSite(tpu_get_eager_mode() == TPU_EAGER_DEFER) {}
+};
+struct OpSite : ScopedSite {
+  OpSite() : ScopedSite(tpu_get_eager_mode() == TPU_EAGER_DEBUG) {}
 };
 
 // The counted, refusable CPU fallback (ops.cpp).

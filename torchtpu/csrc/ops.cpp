@@ -74,8 +74,7 @@ void scalar_arg(tpu_arg_t& a, const c10::Scalar& s, const std::string& op) {
 void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, n_args);
   c10::DeviceIndex dev = device_of_args(args);
-  const bool debug = tpu_get_eager_mode() == TPU_EAGER_DEBUG;
-  if (debug) tpu_set_call_site(python_call_site().c_str());
+  OpSite site;
   std::vector<tpu_arg_t> targs(n_args);
   std::vector<at::Tensor> keep;                 // uploaded CPU tensors stay alive
   // Per-argument backing storage for list arguments (outlives tpu_op_prepare).
@@ -200,8 +199,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     throw;
   }
   tpu_status_t sub = tpu_node_submit(node);
-  if (debug) {
-    tpu_set_call_site(nullptr);
+  if (site.active) {
     char w[512];
     while (tpu_take_warning(w, sizeof w)) TORCH_WARN(w);
   }
@@ -235,8 +233,7 @@ void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack)
     first = g_fb_counts[name]++ == 0;
     mode = g_fb_mode;
   }
-  const bool debug = tpu_get_eager_mode() == TPU_EAGER_DEBUG;
-  if (debug) tpu_set_call_site(python_call_site().c_str());
+  OpSite site;
   TORCH_CHECK_NOT_IMPLEMENTED(mode != "error", name,
       " has no native tpu kernel and the CPU fallback is disabled "
       "(torchtpu.set_fallback(\"error\")). Enable it with torchtpu.set_fallback(\"warn\").");
@@ -245,10 +242,9 @@ void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack)
                "(slow: data moves to the host and back). See torchtpu.fallback_report().");
   auto t0 = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
-  if (debug) {
+  if (site.active) {
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     tpu_trace_fallback(name.c_str(), us);
-    tpu_set_call_site(nullptr);
   }
 }
 

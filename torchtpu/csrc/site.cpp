@@ -39,10 +39,10 @@ std::string python_call_site() {
   return out.empty() ? fallback : out;
 }
 
-CutSite::CutSite() : active(tpu_get_eager_mode() == TPU_EAGER_DEFER) {
+ScopedSite::ScopedSite(bool on) : active(on) {
   if (active) tpu_set_call_site(python_call_site().c_str());
 }
-CutSite::~CutSite() {
+ScopedSite::~ScopedSite() {
   if (active) tpu_set_call_site(nullptr);
 }
 
