@@ -27,6 +27,10 @@ def assert_close(actual, expected, dtype=None, **override):
 # {(op, dtype): (dict(atol=..., rtol=...), "reason")}. `op` is an OpInfo key (see
 # tests/opinfo/tables.py) or a test's own op name.
 OP_TOLERANCES = {
+    ("nn.functional.scaled_dot_product_attention", torch.float32): (
+        dict(atol=5e-5, rtol=1.3e-5),
+        "the fused attention backward sums over the sequence in a different order than "
+        "CPU's math path; gradients near zero differ by a few 1e-5 absolute"),
 }
 
 

@@ -5,7 +5,15 @@ makes "tpu" a PyTorch device. Environment variables: torchtpu/_env.py."""
 from __future__ import annotations
 
 import importlib.util
-import torch
+
+
+def _autoload() -> None:
+    """Entry point for `import torch` autoload (torch.backends group). Defined before
+    `import torch` because that import runs the entry point while this package is still
+    initializing (e.g. under `python -m torchtpu.validate`)."""
+
+
+import torch  # noqa: E402
 
 from . import _C  # noqa: E402  (loads libtpurt and registers kernels)
 from . import device as _device_module  # noqa: E402
@@ -33,10 +41,6 @@ def _register() -> None:
 
 _register()
 modes._init_from_env()
-
-
-def _autoload() -> None:
-    """Entry point for `import torch` autoload (torch.backends group)."""
 
 
 def fallback_report() -> dict[str, int]:
