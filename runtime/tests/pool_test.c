@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include <string.h>
+
 #include "check.h"
 #include "host/host.h"
 
@@ -171,6 +173,83 @@ static void test_two_callers(void) {
   tpu__free(b.hits);
 }
 
+/* ---- kernels through the queue: large enough to run on the pool ---------------------- */
+
+static tpu_view_t big_view(tpu_dtype_t dt, int nd, const int64_t* sizes, const void* data) {
+  int64_t n = 1;
+  for (int i = 0; i < nd; ++i) n *= sizes[i];
+  tpu_storage_t* s;
+  CHECK_OK(tpu_storage_create(0, (uint64_t)n * tpu_dtype_size(dt), &s));
+  tpu_view_t v = check_view(s, dt, nd, sizes);
+  if (data) CHECK_OK(tpu_copy_from_host(&v, data));
+  return v;
+}
+
+static tpu_status_t run_op(const char* name, tpu_arg_t* args, int nargs, tpu_view_t* out) {
+  tpu_node_t* n;
+  TPU_RETURN_IF_ERROR(tpu_op_prepare(check_op_index(name), TPU_VARIANT_FUNCTIONAL, args, nargs, &n));
+  tpu_dtype_t dt; int32_t nd; int64_t sz[TPU_MAX_DIMS];
+  tpu_node_output_meta(n, 0, &dt, &nd, sz);
+  *out = big_view(dt, nd, sz, NULL);
+  tpu_status_t st = tpu_node_bind_output(n, 0, out);
+  if (st) { tpu_node_discard(n); return st; }
+  TPU_RETURN_IF_ERROR(tpu_node_submit(n));
+  return tpu_device_synchronize(0);
+}
+
+static tpu_arg_t arg_t(const tpu_view_t* v) { tpu_arg_t a = {0}; a.kind = TPU_ARG_TENSOR; a.tensor = *v; return a; }
+
+static void test_kernels_on_pool(void) {
+  enum { R = 512, C = 700 };
+  int64_t sz[2] = {R, C};
+  float* x = tpu__malloc(sizeof(float) * R * C);
+  float* y = tpu__malloc(sizeof(float) * R * C);
+  for (int i = 0; i < R * C; ++i) { x[i] = (float)((i * 37) % 101) * 0.01f; y[i] = (float)(i % 13); }
+  tpu_view_t vx = big_view(TPU_DTYPE_F32, 2, sz, x), vy = big_view(TPU_DTYPE_F32, 2, sz, y), out;
+  /* add: every element, across rows split over threads */
+  tpu_arg_t add_args[3] = {arg_t(&vx), arg_t(&vy), {0}};
+  add_args[2].kind = TPU_ARG_SCALAR;
+  add_args[2].scalar_kind = TPU_SCALAR_INT;
+  add_args[2].v.i = 1;
+  CHECK_OK(run_op("add.Tensor", add_args, 3, &out));
+  float* got = tpu__malloc(sizeof(float) * R * C);
+  CHECK_OK(tpu_copy_to_host(&out, got));
+  int bad = 0;
+  for (int i = 0; i < R * C; ++i) bad += got[i] != x[i] + y[i];
+  CHECK(bad == 0);
+  tpu_storage_release(out.storage);
+  /* softmax over rows */
+  tpu_arg_t sm_args[3] = {arg_t(&vx), {0}, {0}};
+  sm_args[1].kind = TPU_ARG_INT; sm_args[1].v.i = 1;
+  sm_args[2].kind = TPU_ARG_BOOL; sm_args[2].v.b = false;
+  CHECK_OK(run_op("_softmax", sm_args, 3, &out));
+  CHECK_OK(tpu_copy_to_host(&out, got));
+  bad = 0;
+  for (int r = 0; r < R; ++r) {
+    double s = 0;
+    for (int c = 0; c < C; ++c) s += got[r * C + c];
+    bad += fabs(s - 1.0) > 1e-4;
+  }
+  CHECK(bad == 0);
+  tpu_storage_release(out.storage);
+  /* integer division by zero raised on whichever thread holds the bad element */
+  int64_t* a = tpu__malloc(sizeof(int64_t) * R * C);
+  int64_t* b = tpu__malloc(sizeof(int64_t) * R * C);
+  for (int i = 0; i < R * C; ++i) { a[i] = i; b[i] = i == R * C - 5 ? 0 : 3; }
+  tpu_view_t va = big_view(TPU_DTYPE_I64, 2, sz, a), vb = big_view(TPU_DTYPE_I64, 2, sz, b);
+  tpu_arg_t fd_args[2] = {arg_t(&va), arg_t(&vb)};
+  tpu_status_t st = run_op("floor_divide", fd_args, 2, &out);
+  CHECK(tpu_status_code(st) != TPU_OK);
+  CHECK(st && strstr(tpu_status_message(st), "ZeroDivisionError"));
+  tpu_status_free(st);
+  tpu_storage_release(out.storage);
+  tpu_storage_release(va.storage);
+  tpu_storage_release(vb.storage);
+  tpu_storage_release(vx.storage);
+  tpu_storage_release(vy.storage);
+  tpu__free(x); tpu__free(y); tpu__free(got); tpu__free(a); tpu__free(b);
+}
+
 int main(void) {
   test_cover();
   test_static_chunks();
@@ -178,6 +257,7 @@ int main(void) {
   test_errors_collected();
   test_many_small();
   test_two_callers();
+  test_kernels_on_pool();
   printf("%s: %s (%d threads)\n", __FILE__, check_failures ? "FAILED" : "ok", tpu__num_threads());
   return check_failures ? 1 : 0;
 }

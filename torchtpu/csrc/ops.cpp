@@ -329,8 +329,13 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(self.sizes() == dst.sizes() || dst.numel() == self.numel() ||
               at::infer_size(dst.sizes(), self.sizes()) == dst.sizes(),
               "copy_: cannot copy a tensor of shape ", self.sizes(), " into ", dst.sizes());
+  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex() && !dst.is_complex(),
+      "copy between ", self.device().str(), " and ", dst.device().str(), ": complex dtypes (",
+      self.scalar_type(), " -> ", dst.scalar_type(), ") are not supported on tpu");
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  TORCH_CHECK_NOT_IMPLEMENTED(!(src_tpu && dst_tpu && self.is_neg()),
+      "copy_: a negative-bit view (torch._neg_view) as the source of a tpu-to-tpu copy is not supported");
   if (src_tpu && dst_tpu) {
     // Device to device (possibly across devices): the runtime's copy op casts/broadcasts.
     if (self.device() != dst.device()) {
@@ -342,7 +347,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   if (dst_tpu) {
-    at::Tensor src = self.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    at::Tensor src = self.resolve_neg().to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     tpu_view_t v = view_of(dst);
     check(tpu_copy_from_host(&v, src.data_ptr()));
     return dst;
@@ -352,6 +357,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   tpu_view_t v = view_of(self);
   check(tpu_copy_to_host(&v, host.data_ptr()));
+  if (self.is_neg()) host.neg_();  // the bytes are the un-negated values
   at::Tensor d = dst;
   d.copy_(host);
   return dst;
@@ -459,6 +465,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
     g_native.push_back(full);
     m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   }
+}
+
+// The conjugate/negative-bit fallbacks would materialize a flagged source with clone(),
+// which copies through _copy_from again: endless recursion for a backend. _copy_from
+// sees such tensors itself (and refuses complex ones above).
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

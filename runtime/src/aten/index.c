@@ -621,6 +621,7 @@ static tpu_status_t build_roll(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
   TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &shifts, &ns));
   if (!tpu__arg_is_none(b, 2)) TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 2, &dims, &nd));
+  if (ns == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "`shifts` required");
   if (ns != nd && !(nd == 0 && ns == 1))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "shifts and dimensions must align. shifts: %d, dims:%d", ns, nd);
   int64_t per[TPU_MAX_DIMS] = {0};
@@ -632,8 +633,10 @@ static tpu_status_t build_roll(tpu_build_t* b) {
   } else {
     for (int i = 0; i < nd; ++i) {
       int d;
+      if (self->ndim == 0)
+        return tpu__err(b, TPU_INDEX_ERROR, "Dimension specified as %lld but tensor has no dimensions",
+                        (long long)dims[i]);
       TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dims[i], self->ndim, &d));
-      if (self->ndim == 0) continue;
       int64_t s = self->sizes[d];
       if (s) per[d] = (((per[d] + shifts[i]) % s) + s) % s;
     }

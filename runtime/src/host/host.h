@@ -89,6 +89,12 @@ tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, voi
  * microseconds of wake-up, which this much work amortizes. */
 #define TPU_PARALLEL_MIN_WORK 32768
 
+/* Sets OpenBLAS's thread count for a product of `flops` floating-point operations: one
+ * thread below TPU_BLAS_SERIAL_FLOPS, the pool's size above (changed only when it
+ * differs from the last call). Call on the queue thread right before each BLAS call. */
+#define TPU_BLAS_SERIAL_FLOPS (32.0 * 1024 * 1024)
+void tpu__blas_prepare(double flops);
+
 /* Tile functions cannot return a status: one that meets a fault (integer division by
  * zero) calls tpu__tile_fault(); the kernel that ran the tile engine reads and clears it
  * with tpu__tile_take_fault() after tpu__tile_run* returns, on the same thread. Faults

@@ -19,11 +19,18 @@
 
 #include "host/host.h"
 
-/* OpenBLAS gets as many threads as the pool (TORCHTPU_NUM_THREADS or the core count),
- * set once. BLAS runs only on the queue thread and never inside a pool region, so its
- * threads and the pool's take turns on the cores instead of oversubscribing them. */
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_init(void) { scipy_openblas_set_num_threads(tpu__num_threads()); }
+/* OpenBLAS gets as many threads as the pool (TORCHTPU_NUM_THREADS or the core count) for
+ * large products and one thread for small ones: waking BLAS workers costs more than a
+ * small GEMM, and on a machine whose cores are busy a woken worker can wait a whole
+ * scheduler slice (measured: 128x128x64 attention GEMMs 100x slower with 2 threads on a
+ * loaded 2-core machine). BLAS runs only on the queue thread and never inside a pool
+ * region, so its threads and the pool's take turns on the cores. */
+static atomic_int blas_threads_set;
+
+void tpu__blas_prepare(double flops) {
+  int want = flops < TPU_BLAS_SERIAL_FLOPS ? 1 : tpu__num_threads();
+  if (atomic_exchange(&blas_threads_set, want) != want) scipy_openblas_set_num_threads(want);
+}
 
 static bool fits_blasint(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 
@@ -43,6 +50,7 @@ static void gemm_dense(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, i
       }
     return;
   }
+  if (cd != TPU_DTYPE_I64) tpu__blas_prepare(2.0 * (double)M * (double)N * (double)K);
   if (cd == TPU_DTYPE_F32) {
     scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                       (blasint)M, (blasint)N, (blasint)K, (float)alpha, A, (blasint)lda, B,
@@ -128,7 +136,6 @@ static void round_f32_to(tpu_dtype_t dt, float* v, int64_t n) {
 }
 
 static tpu_status_t gemm_kernel(tpu_node_t* n) {
-  pthread_once(&blas_once, blas_init);
   const tpu_operand_t *A = &n->in[0], *B = &n->in[1], *C = &n->in[2];
   tpu_operand_t* out = &n->out[0];
   int64_t bt = A->sizes[0], M = A->sizes[1], K = A->sizes[2], N = B->sizes[2];
@@ -318,7 +325,6 @@ static bool conv_dims_fit(const conv_geom_t* g, int64_t a, int64_t b) {
 }
 
 static tpu_status_t conv_kernel(tpu_node_t* n) {
-  pthread_once(&blas_once, blas_init);
   const tpu_operand_t *X = &n->in[0], *W = &n->in[1], *Bs = &n->in[2];
   tpu_operand_t* Y = &n->out[0];
   tpu_dtype_t cd = n->compute;
@@ -374,7 +380,6 @@ done:
 }
 
 static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
-  pthread_once(&blas_once, blas_init);
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *W = &n->in[2];
   tpu_dtype_t cd = n->compute;
   size_t csz = tpu_dtype_size(cd);

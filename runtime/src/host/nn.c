@@ -509,6 +509,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
         for (int64_t j = 0; j < nn; ++j) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j]; \
       return;                                                                                  \
     }                                                                                          \
+    tpu__blas_prepare(2.0 * (double)m * (double)nn * (double)k);                              \
     G(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,   \
       (int)nn, (int)k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));                       \
   }                                                                                            \

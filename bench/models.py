@@ -1,0 +1,127 @@
+"""Model benchmarks from the examples, tpu vs CPU eager (and Inductor CPU when it compiles
+quickly): GPT training / prefill / decode tokens/s at d=512 and d=1024, CNN images/s,
+first-step and steady-state step time, peak device memory, MFU against the FMA peak.
+
+`--peak FLOPS` is the machine's all-core f32 peak (from bench/machine.py) for MFU."""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from _timing import emit, progress, set_threads, sync, threads
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import train_cnn  # noqa: E402
+import train_gpt  # noqa: E402
+
+GPT_CONFIGS = [  # sized so the whole suite stays within minutes on 2 cores
+    {"name": "GPT d=512", "d": 512, "heads": 8, "layers": 4, "ctx": 128, "batch": 4, "steps": 5},
+    {"name": "GPT d=1024", "d": 1024, "heads": 16, "layers": 4, "ctx": 128, "batch": 2, "steps": 4},
+]
+
+
+def gpt_train_flops_per_token(model, cfg):
+    """6 N (weights, forward + backward) + 12 * layers * ctx * d (attention scores/values)."""
+    n = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("pos"))
+    return 6 * n + 12 * cfg["layers"] * cfg["ctx"] * cfg["d"]
+
+
+def step_times(model, opt, batches, loss_fn, dev, steps):
+    times = []
+    for s in range(steps):
+        x, y = batches(s)
+        x, y = x.to(dev), y.to(dev)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def gpt_run(cfg, dev, compiled=False):
+    model = train_gpt.make_model(d=cfg["d"], heads=cfg["heads"], layers=cfg["layers"], ctx=cfg["ctx"]).to(dev)
+    fwd = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = train_gpt.make_batches(cfg["batch"], cfg["ctx"])
+    if dev == "tpu":
+        torch.tpu.reset_peak_memory_stats()
+    times = step_times(fwd, opt, batches, train_gpt.loss_fn, dev, cfg["steps"])
+    tokens = cfg["batch"] * cfg["ctx"]
+    steady = sorted(times[1:])[len(times[1:]) // 2]
+    res = {"first_step_s": times[0], "steady_step_s": steady, "train_tokens_s": tokens / steady,
+           "flops_per_token": gpt_train_flops_per_token(model, cfg)}
+    with torch.no_grad():
+        x, _ = batches(100)
+        x = x.to(dev)
+        fwd(x)
+        sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(2):
+            fwd(x)
+        sync(dev)
+        res["prefill_tokens_s"] = 2 * tokens / (time.perf_counter() - t0)
+        if not compiled:
+            # Greedy decode, batch 1, no KV cache (the example model has none): each token
+            # reruns the forward over the growing context.
+            ctx = x[:1, :32]
+            t0 = time.perf_counter()
+            for _ in range(16):
+                nxt = model(ctx)[:, -1].argmax(-1, keepdim=True)
+                ctx = torch.cat([ctx, nxt], 1)
+            ctx.cpu()
+            res["decode_tokens_s"] = 16 / (time.perf_counter() - t0)
+    if dev == "tpu":
+        res["peak_mem_bytes"] = torch.tpu.max_memory_allocated()
+    return res
+
+
+def cnn_run(dev, steps=6, batch=64, compiled=False):
+    model = train_cnn.make_model().to(dev)
+    fwd = torch.compile(model) if compiled else model
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    if dev == "tpu":
+        torch.tpu.reset_peak_memory_stats()
+    times = step_times(fwd, opt, lambda s: train_cnn.batches(s, batch), F.cross_entropy, dev, steps)
+    steady = sorted(times[1:])[len(times[1:]) // 2]
+    res = {"first_step_s": times[0], "steady_step_s": steady, "images_s": batch / steady}
+    if dev == "tpu":
+        res["peak_mem_bytes"] = torch.tpu.max_memory_allocated()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", action="store_true", help="Inductor CPU only")
+    a = ap.parse_args()
+    set_threads(threads())
+    rows = []
+    devs = [("cpu", True)] if a.compile else [("tpu", False), ("cpu", False)]
+    for cfg in GPT_CONFIGS:
+        for dev, comp in devs:
+            label = "cpu (inductor)" if comp else dev
+            progress(f"{cfg['name']} on {label}")
+            t0 = time.perf_counter()
+            r = gpt_run(cfg, dev, comp)
+            r.update(model=cfg["name"], device=label, wall_s=time.perf_counter() - t0,
+                     config={k: cfg[k] for k in ("d", "heads", "layers", "ctx", "batch", "steps")})
+            progress(f"  train {r['train_tokens_s']:.0f} tok/s, steady {r['steady_step_s']:.2f} s/step")
+            rows.append(r)
+    for dev, comp in devs:
+        label = "cpu (inductor)" if comp else dev
+        progress(f"CNN on {label}")
+        r = cnn_run(dev, compiled=comp)
+        r.update(model="CNN (train_cnn.py, batch 64, 16x16)", device=label)
+        progress(f"  {r['images_s']:.0f} images/s")
+        rows.append(r)
+    emit({"models_compile" if a.compile else "models": rows})
+
+
+if __name__ == "__main__":
+    main()

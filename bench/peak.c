@@ -1,0 +1,137 @@
+/* Machine limits for docs/benchmarks.md: peak f32 FLOP/s from an FMA loop (1 thread and
+ * all threads) and memory bandwidth (STREAM-style copy and triad). Built and run by
+ * bench/machine.py with the system cc: cc -O3 -march=native -pthread bench/peak.c.
+ * Prints one JSON object. The FMA loop is timed in thread CPU time (see cpu_now). */
+#define _GNU_SOURCE
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The FMA loop is timed in thread CPU time, so other processes sharing the cores do not
+ * lower the peak (time the thread spends descheduled is not counted). */
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+#if defined(__AVX512F__)
+typedef __m512 vf;
+#define VW 16
+#define VSET(x) _mm512_set1_ps(x)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VSUM(v) _mm512_reduce_add_ps(v)
+#elif defined(__FMA__)
+typedef __m256 vf;
+#define VW 8
+#define VSET(x) _mm256_set1_ps(x)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+static float VSUM(__m256 v) { float t[8]; _mm256_storeu_ps(t, v); float s = 0; for (int i = 0; i < 8; ++i) s += t[i]; return s; }
+#else
+typedef __m128 vf;
+#define VW 4
+#define VSET(x) _mm_set1_ps(x)
+#define VFMA(a, b, c) _mm_add_ps(_mm_mul_ps(a, b), c) /* no FMA: mul + add = 2 flops */
+static float VSUM(__m128 v) { float t[4]; _mm_storeu_ps(t, v); return t[0] + t[1] + t[2] + t[3]; }
+#endif
+
+#define ACC 12 /* independent chains: covers FMA latency x 2 ports */
+static const long ITERS = 200000000L / (VW * ACC) * 8;
+
+typedef struct { double secs; float sink; } fma_res_t;
+
+static void* fma_thread(void* arg) {
+  fma_res_t* r = arg;
+  vf acc[ACC];
+  for (int i = 0; i < ACC; ++i) acc[i] = VSET(1.0f + (float)i * 1e-3f);
+  vf m = VSET(0.999999f), a = VSET(1e-7f);
+  double t0 = cpu_now();
+  for (long it = 0; it < ITERS; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < ACC; ++i) acc[i] = VFMA(acc[i], m, a);
+  }
+  r->secs = cpu_now() - t0;
+  float s = 0;
+  for (int i = 0; i < ACC; ++i) s += VSUM(acc[i]);
+  r->sink = s;
+  return NULL;
+}
+
+/* Best of 3 runs; all threads run at once and the slowest one sets the rate. */
+static double peak_flops(int threads) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    pthread_t th[256];
+    fma_res_t res[256];
+    for (int t = 0; t < threads; ++t) pthread_create(&th[t], NULL, fma_thread, &res[t]);
+    for (int t = 0; t < threads; ++t) pthread_join(th[t], NULL);
+    double worst = 0;
+    for (int t = 0; t < threads; ++t) worst = res[t].secs > worst ? res[t].secs : worst;
+    double f = (double)threads * (double)ITERS * ACC * VW * 2.0 / worst;
+    best = f > best ? f : best;
+  }
+  return best;
+}
+
+typedef struct { float *a, *b, *c; long n; int kind; double secs; } bw_arg_t;
+
+static void* bw_thread(void* p) {
+  bw_arg_t* w = p;
+  double t0 = now();
+  if (w->kind == 0) memcpy(w->c, w->a, (size_t)w->n * sizeof(float));
+  else for (long i = 0; i < w->n; ++i) w->a[i] = w->b[i] + 3.0f * w->c[i];
+  w->secs = now() - t0;
+  return NULL;
+}
+
+/* bytes moved per element: copy 8 (read + write), triad 12 (two reads, one write) */
+static double bandwidth(int threads, int kind, float* a, float* b, float* c, long n) {
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    pthread_t th[256];
+    bw_arg_t args[256];
+    double t0 = now();
+    for (int t = 0; t < threads; ++t) {
+      long s = n * t / threads, e = n * (t + 1) / threads;
+      args[t] = (bw_arg_t){a + s, b + s, c + s, e - s, kind, 0};
+      pthread_create(&th[t], NULL, bw_thread, &args[t]);
+    }
+    for (int t = 0; t < threads; ++t) pthread_join(th[t], NULL);
+    double dt = now() - t0;
+    best = dt < best ? dt : best;
+  }
+  return (double)n * (kind == 0 ? 8.0 : 12.0) / best;
+}
+
+int main(void) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 1) cores = 1;
+  if (cores > 256) cores = 256;
+  double f1 = peak_flops(1), fn = peak_flops((int)cores);
+  long n = 32L << 20; /* 128 MiB per array: far beyond the caches */
+  float *a = aligned_alloc(64, (size_t)n * 4), *b = aligned_alloc(64, (size_t)n * 4), *c = aligned_alloc(64, (size_t)n * 4);
+  for (long i = 0; i < n; ++i) { a[i] = 1.0f; b[i] = 2.0f; c[i] = 0.5f; }
+  double copy1 = bandwidth(1, 0, a, b, c, n), copyn = bandwidth((int)cores, 0, a, b, c, n);
+  double triad1 = bandwidth(1, 1, a, b, c, n), triadn = bandwidth((int)cores, 1, a, b, c, n);
+  printf("{\"cores\": %ld, \"vector_width\": %d, \"fma\": %s, \"flops_1\": %.6g, \"flops_all\": %.6g, "
+         "\"copy_1\": %.6g, \"copy_all\": %.6g, \"triad_1\": %.6g, \"triad_all\": %.6g}\n",
+         cores, VW,
+#if defined(__FMA__)
+         "true",
+#else
+         "false",
+#endif
+         f1, fn, copy1, copyn, triad1, triadn);
+  free(a); free(b); free(c);
+  return 0;
+}

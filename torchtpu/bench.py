@@ -1,0 +1,237 @@
+"""The benchmark suite: `python -m torchtpu.bench` runs bench/*.py side by side (tpu
+host driver vs torch CPU eager, each script in a fresh process so thread counts take
+effect) and writes docs/benchmarks.md with the command, the machine, and the tables.
+
+Sections: machine limits (bench/peak.c), micro benchmarks (bench/micro.py), thread
+scaling (1 vs all threads), models (bench/models.py, plus Inductor CPU when it compiles in
+time). Results are ratios and rates for people to read; nothing here is a test."""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "bench")
+
+
+def run_script(name, args=(), env=None, timeout=None):
+    """Runs bench/<name>; returns (parsed BENCH_JSON dict or None, reason if it failed)."""
+    cmd = [sys.executable, os.path.join(BENCH, name), *args]
+    full_env = dict(os.environ, **(env or {}))
+    print(f"[bench] {' '.join(cmd[1:])}" + (f"  ({env})" if env else ""), flush=True)
+    try:
+        p = subprocess.run(cmd, cwd=BENCH, env=full_env, stdout=subprocess.PIPE, stderr=None, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"did not finish within {timeout} s"
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("BENCH_JSON "):
+            out.update(json.loads(line[len("BENCH_JSON "):]))
+    if p.returncode != 0 or not out:
+        return None, f"exit code {p.returncode}"
+    return out, None
+
+
+def g(x, unit=1e9, nd=1):
+    return f"{x / unit:.{nd}f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def load_avg():
+    try:
+        return " / ".join(f"{v:.1f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def write_report(path, cmd, r, started, elapsed, loads):
+    m = r["machine"]
+    peak = m["flops_all"]
+    L = []
+    L.append("# Benchmarks\n")
+    L.append("Recorded results of the benchmark suite. Regenerate with:\n")
+    L.append(f"```\n{cmd}\n```\n")
+    L.append(f"Run {started} ({elapsed / 60:.1f} min). Every script runs in its own process; tpu is the "
+             "host driver (libtpurt on the CPU), cpu is PyTorch's CPU eager on the same cores. Ratios are "
+             "tpu / cpu: above 1 means the tpu device is faster (for times: lower is better, the ratio "
+             "is still speed).\n")
+    L.append("## Machine\n")
+    L.append("| | |\n|---|---|")
+    L.append(f"| CPU (lscpu) | {m['model']} |")
+    L.append(f"| cores | {m['cores']} |")
+    L.append(f"| RAM | {m['ram_gib']:.1f} GiB |")
+    L.append(f"| Python / torch | {platform.python_version()} / {r.get('torch', '?')} |")
+    L.append(f"| load average (1/5/15 min) at start, end | {loads[0]}; {loads[1]} |")
+    L.append(f"| peak f32, 1 core (FMA loop, `cc -O3 {m['peak_flags']}`, {m['vector_width']}-wide) | "
+             f"{g(m['flops_1'])} GFLOP/s |")
+    L.append(f"| peak f32, all cores | {g(peak)} GFLOP/s |")
+    L.append(f"| memory bandwidth copy, 1 core / all | {g(m['copy_1'])} / {g(m['copy_all'])} GB/s |")
+    L.append(f"| memory bandwidth triad, 1 core / all | {g(m['triad_1'])} / {g(m['triad_all'])} GB/s |")
+    L.append("")
+    L.append("A load average above the core count means other processes shared the cores during the "
+             "run: absolute numbers are then lower bounds and noisier; tpu and cpu rows were measured "
+             "back to back, so their ratios are the more stable figure.\n")
+    if "micro" in r:
+        mi = r["micro"]
+        L.append(f"## Micro benchmarks ({mi['threads']} threads)\n")
+        L.append("### GEMM (`torch.mm`)\n")
+        L.append("| shape (M x K x N) | dtype | tpu GFLOP/s | tpu % of peak | cpu GFLOP/s | cpu % of peak | tpu / cpu |")
+        L.append("|---|---|---|---|---|---|---|")
+        for row in mi["gemm"]:
+            L.append(f"| {row['op'].replace('matmul ', '')} | {row['dtype']} | {g(row['tpu'])} | "
+                     f"{100 * row['tpu'] / peak:.0f}% | {g(row['cpu'])} | {100 * row['cpu'] / peak:.0f}% | "
+                     f"{ratio(row['tpu'], row['cpu'])} |")
+        L.append("\nbf16 on tpu widens to f32 and calls sgemm (the pinned OpenBLAS has no sbgemm).\n")
+        L.append("### Bandwidth-bound ops (16M f32 elements, ideal bytes: inputs read once, output written once)\n")
+        L.append("| op | tpu GB/s | tpu % of copy bw | cpu GB/s | cpu % of copy bw | tpu / cpu |")
+        L.append("|---|---|---|---|---|---|")
+        for row in mi["bw"]:
+            L.append(f"| {row['op']} | {g(row['tpu'])} | {100 * row['tpu'] / m['copy_all']:.0f}% | "
+                     f"{g(row['cpu'])} | {100 * row['cpu'] / m['copy_all']:.0f}% | {ratio(row['tpu'], row['cpu'])} |")
+        L.append("\nThe tpu device allocates from its caching pool; CPU eager gets fresh pages from the OS "
+                 "for each 64 MiB result, so its elementwise numbers include page-fault time.\n")
+        L.append("### Per-op dispatch overhead\n")
+        L.append("| loop | tpu us/op | cpu us/op | tpu / cpu (speed) |")
+        L.append("|---|---|---|---|")
+        for row in mi["dispatch"]:
+            L.append(f"| {row['op']} | {row['tpu'] * 1e6:.2f} | {row['cpu'] * 1e6:.2f} | {ratio(row['cpu'], row['tpu'])} |")
+        L.append("")
+    if "scaling" in r:
+        s1, sn = r["scaling"]
+        L.append(f"## Thread scaling (1 vs {sn['threads']} threads)\n")
+        L.append("`TORCHTPU_NUM_THREADS` sizes the tpu pool (and OpenBLAS); `torch.set_num_threads` the CPU "
+                 "side. Speedup = rate with all threads / rate with 1; each is the best of three alternating "
+                 "runs.\n")
+        L.append(f"| op | tpu 1 thread | tpu {sn['threads']} threads | tpu speedup | cpu 1 thread | "
+                 f"cpu {sn['threads']} threads | cpu speedup |")
+        L.append("|---|---|---|---|---|---|---|")
+        for key, unit in (("gemm", "GFLOP/s"), ("bw", "GB/s")):
+            for a, b in zip(s1[key], sn[key]):
+                L.append(f"| {a['op']} ({unit}) | {g(a['tpu'])} | {g(b['tpu'])} | {b['tpu'] / a['tpu']:.2f}x | "
+                         f"{g(a['cpu'])} | {g(b['cpu'])} | {b['cpu'] / a['cpu']:.2f}x |")
+        L.append("")
+    if "models" in r:
+        rows = r["models"] + r.get("models_compile", [])
+        L.append("## Models\n")
+        L.append("GPT = `examples/train_gpt.py`'s model (char vocab 128) with the sizes below; training "
+                 "steps include AdamW; MFU = achieved training FLOP/s (6 x weights + attention per token) "
+                 "/ all-core f32 peak. Decode is greedy, batch 1, from a 32-token prompt, and reruns the "
+                 "full forward per token (the example model has no KV cache).\n")
+        L.append("| model | device | train tok/s | prefill tok/s | decode tok/s | first step s | steady step s | MFU | peak device memory |")
+        L.append("|---|---|---|---|---|---|---|---|---|")
+        for x in rows:
+            if "train_tokens_s" not in x:
+                continue
+            mfu = x["train_tokens_s"] * x["flops_per_token"] / peak
+            mem = f"{x['peak_mem_bytes'] / 2**20:.0f} MiB" if "peak_mem_bytes" in x else "-"
+            dec = f"{x['decode_tokens_s']:.1f}" if "decode_tokens_s" in x else "-"
+            c = x["config"]
+            L.append(f"| {x['model']} (layers {c['layers']}, ctx {c['ctx']}, batch {c['batch']}) | {x['device']} | "
+                     f"{x['train_tokens_s']:.0f} | {x['prefill_tokens_s']:.0f} | {dec} | {x['first_step_s']:.2f} | "
+                     f"{x['steady_step_s']:.2f} | {100 * mfu:.1f}% | {mem} |")
+        L.append("")
+        L.append("| model | device | images/s | first step s | steady step s | peak device memory |")
+        L.append("|---|---|---|---|---|---|")
+        for x in rows:
+            if "images_s" not in x:
+                continue
+            mem = f"{x['peak_mem_bytes'] / 2**20:.0f} MiB" if "peak_mem_bytes" in x else "-"
+            L.append(f"| {x['model']} | {x['device']} | {x['images_s']:.0f} | {x['first_step_s']:.3f} | "
+                     f"{x['steady_step_s']:.3f} | {mem} |")
+        L.append("")
+        L.append("### tpu / cpu eager ratios\n")
+        L.append("| model | train | prefill | decode | steady step |")
+        L.append("|---|---|---|---|---|")
+        by = {(x["model"], x["device"]): x for x in rows}
+        for (model, dev), x in by.items():
+            if dev != "tpu" or (model, "cpu") not in by:
+                continue
+            c = by[(model, "cpu")]
+            if "train_tokens_s" in x:
+                L.append(f"| {model} | {ratio(x['train_tokens_s'], c['train_tokens_s'])} | "
+                         f"{ratio(x['prefill_tokens_s'], c['prefill_tokens_s'])} | "
+                         f"{ratio(x['decode_tokens_s'], c['decode_tokens_s'])} | "
+                         f"{ratio(c['steady_step_s'], x['steady_step_s'])} |")
+            else:
+                L.append(f"| {model} | {ratio(x['images_s'], c['images_s'])} | - | - | "
+                         f"{ratio(c['steady_step_s'], x['steady_step_s'])} |")
+        L.append("")
+    if r.get("compile_skipped"):
+        L.append(f"torch.compile (Inductor, CPU): skipped — {r['compile_skipped']}.\n")
+    with open(path, "w") as f:
+        f.write("\n".join(L))
+
+
+def main():
+    ap = argparse.ArgumentParser(description="torchtpu benchmark suite")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
+    ap.add_argument("--skip-compile", action="store_true", help="skip the Inductor CPU models")
+    ap.add_argument("--compile-timeout", type=int, default=240)
+    args = ap.parse_args()
+    import torch
+    cmd = "python -m torchtpu.bench" + (" --skip-compile" if args.skip_compile else "")
+    if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
+        cmd = "TORCH_DEVICE_BACKEND_AUTOLOAD=0 " + cmd
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    loads = [load_avg()]
+    t0 = time.perf_counter()
+    cores = os.cpu_count() or 1
+    r = {"torch": torch.__version__}
+    steps = ["machine", "micro", "scaling x2", "models", "compile"]  # "scaling x2": 1 vs all threads
+    for i, step in enumerate(steps):
+        print(f"[bench] step {i + 1}/{len(steps)}: {step}", flush=True)
+        if step == "machine":
+            out, why = run_script("machine.py")
+            if not out:
+                raise SystemExit(f"bench/machine.py failed: {why}")
+            r.update(out)
+        elif step == "micro":
+            out, why = run_script("micro.py")
+            r.update(out or {})
+        elif step == "scaling x2":
+            # 1 and all threads alternate three times and each keeps its best rates, so a
+            # burst of load from other processes does not land on one side only.
+            best = {}
+            for rep in range(3):
+                for n in (1, cores):
+                    out, why = run_script("micro.py", ["--scaling"], env={"TORCHTPU_NUM_THREADS": str(n)})
+                    if not out:
+                        continue
+                    cur = best.setdefault(n, out["scaling"])
+                    for key in ("gemm", "bw"):
+                        for kept, new in zip(cur[key], out["scaling"][key]):
+                            for dev in ("tpu", "cpu"):
+                                kept[dev] = max(kept[dev], new[dev])
+            if len(best) == 2:
+                r["scaling"] = [best[1], best[cores]]
+        elif step == "models":
+            out, why = run_script("models.py")
+            r.update(out or {})
+        elif step == "compile":
+            if args.skip_compile:
+                r["compile_skipped"] = "--skip-compile given"
+                continue
+            out, why = run_script("models.py", ["--compile"], timeout=args.compile_timeout)
+            if out:
+                r.update(out)
+            else:
+                r["compile_skipped"] = f"`bench/models.py --compile` {why} (compilation on this machine)"
+    loads.append(load_avg())
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    write_report(args.out, cmd, r, started, time.perf_counter() - t0, loads)
+    os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
+    with open(os.path.join(ROOT, "build", "benchmarks.json"), "w") as f:  # raw numbers, untracked
+        json.dump(r, f, indent=1)
+    print(f"[bench] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
