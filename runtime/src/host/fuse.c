@@ -33,6 +33,106 @@ bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* n) {
   return true;
 }
 
+typedef struct group_ctx_s {
+  tpu_node_t* const* nodes;
+  int k;
+  const src_t* src;
+  const int* out_ext;
+  const tpu_dtype_t* cdt;
+  const tpu_tile_fn* fns;
+  const tpu_operand_t* const* ext;
+  int n_ext;
+  const tpu_operand_t* shape_op;
+} group_ctx_t;
+
+/* Rows [r0, r1) of the group's iteration space (one row = the last dimension), with
+ * this chunk's own tile buffers: chunks never share scratch, so a group runs in parallel
+ * over rows and every element is computed by the same sequence of operations. */
+static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
+  (void)tid;
+  const group_ctx_t* c = vctx;
+  tpu_node_t* const* nodes = c->nodes;
+  const src_t* src = c->src;
+  const tpu_dtype_t* cdt = c->cdt;
+  const tpu_operand_t* const* ext = c->ext;
+  int k = c->k, nd = c->shape_op->ndim;
+  const int64_t* shape = c->shape_op->sizes;
+  size_t per_node = (size_t)9 * TILE * 8;
+  char* scratch = tpu__malloc(per_node * (size_t)k + (size_t)TILE * 8);
+  if (!scratch) return TPU_HOST_NOMEM();
+  char* round_buf = scratch + per_node * (size_t)k;
+  for (int i = 0; i < k; ++i) /* constant tiles for scalar inputs */
+    for (int j = 0; j < nodes[i]->n_in; ++j)
+      if (src[i * 8 + j].kind == 1) {
+        const tpu_operand_t* s = &nodes[i]->in[j];
+        char* buf = scratch + per_node * (size_t)i + (size_t)(j + 1) * TILE * 8;
+        for (int64_t t = 0; t < TILE; ++t) {
+          if (cdt[i] == TPU_DTYPE_F32) ((float*)buf)[t] = (float)s->scalar_d;
+          else if (cdt[i] == TPU_DTYPE_F64) ((double*)buf)[t] = s->scalar_d;
+          else ((int64_t*)buf)[t] = s->scalar_i;
+        }
+      }
+  int64_t inner = nd ? shape[nd - 1] : 1;
+  int64_t idx[TPU_MAX_DIMS] = {0};
+  for (int64_t r = r0, d = nd - 2; d >= 0; --d) { idx[d] = r % shape[d]; r /= shape[d]; }
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t base[MAX_OPS];
+    for (int e = 0; e < c->n_ext; ++e) {
+      const tpu_operand_t* op = ext[e];
+      int64_t off = op->offset;
+      for (int d = 0; d < nd - 1; ++d) {
+        int sd = d - (nd - op->ndim);
+        if (sd >= 0 && op->sizes[sd] != 1) off += idx[d] * op->strides[sd];
+      }
+      base[e] = off;
+    }
+    for (int64_t t0 = 0; t0 < inner; t0 += TILE) {
+      int64_t len = inner - t0 < TILE ? inner - t0 : TILE;
+      for (int i = 0; i < k; ++i) {
+        const tpu_node_t* n = nodes[i];
+        char* nbuf = scratch + per_node * (size_t)i;
+        const void* ins[8] = {0};
+        for (int j = 0; j < n->n_in; ++j) {
+          const src_t* s = &src[i * 8 + j];
+          char* conv = nbuf + (size_t)(j + 1) * TILE * 8;
+          if (s->kind == 1) { ins[j] = conv; continue; }
+          if (s->kind == 2) {
+            char* pb = scratch + per_node * (size_t)s->index;
+            if (cdt[s->index] == cdt[i]) ins[j] = pb;
+            else { tpu__convert_run(conv, cdt[i], 1, pb, cdt[s->index], 1, len); ins[j] = conv; }
+            continue;
+          }
+          const tpu_operand_t* op = ext[s->index];
+          int ld = op->ndim - 1;
+          int64_t st_ = ld >= 0 && op->sizes[ld] != 1 ? op->strides[ld] : 0;
+          const char* p = (const char*)op->value->data +
+                          (base[s->index] + t0 * st_) * (int64_t)tpu_dtype_size(op->dtype);
+          if (op->dtype == cdt[i] && st_ == 1) ins[j] = p;
+          else { tpu__convert_run(conv, cdt[i], 1, p, op->dtype, st_, len); ins[j] = conv; }
+        }
+        c->fns[i](len, nbuf, ins, n);
+        tpu_dtype_t od = n->out[0].dtype;
+        if (od != cdt[i]) { /* round through the output dtype, exactly as a store would */
+          tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
+          tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
+        }
+        if (c->out_ext[i] >= 0) {
+          const tpu_operand_t* op = ext[c->out_ext[i]];
+          int64_t st_ = nd ? op->strides[nd - 1] : 0;
+          char* p = (char*)op->value->data + (base[c->out_ext[i]] + t0 * st_) * (int64_t)tpu_dtype_size(od);
+          tpu__convert_run(p, od, st_, nbuf, cdt[i], 1, len);
+        }
+      }
+    }
+    for (int d = nd - 2; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  tpu__free(scratch);
+  return NULL;
+}
+
 tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, int k,
                                  const uint8_t* internal) {
   (void)drv;
@@ -47,7 +147,6 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   tpu_dtype_t* cdt = tpu__malloc(sizeof(tpu_dtype_t) * (size_t)k);
   tpu_tile_fn* fns = tpu__malloc(sizeof(tpu_tile_fn) * (size_t)k);
   tpu_status_t st = NULL;
-  char* scratch = NULL;
   if (!src || !out_ext || !cdt || !fns) { st = TPU_HOST_NOMEM(); goto done; }
   for (int i = 0; i < k; ++i) {
     const tpu_node_t* n = nodes[i];
@@ -74,83 +173,12 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     }
   }
   if (numel == 0) goto done;
-  /* Per node: an output tile (8-byte slots) and up to 8 input conversion tiles. */
-  size_t per_node = (size_t)9 * TILE * 8;
-  scratch = tpu__malloc(per_node * (size_t)k + (size_t)TILE * 8);
-  if (!scratch) { st = TPU_HOST_NOMEM(); goto done; }
-  char* round_buf = scratch + per_node * (size_t)k;
-  /* Constant tiles for scalar inputs, filled once. */
-  for (int i = 0; i < k; ++i)
-    for (int j = 0; j < nodes[i]->n_in; ++j)
-      if (src[i * 8 + j].kind == 1) {
-        const tpu_operand_t* s = &nodes[i]->in[j];
-        char* buf = scratch + per_node * (size_t)i + (size_t)(j + 1) * TILE * 8;
-        for (int64_t t = 0; t < TILE; ++t) {
-          if (cdt[i] == TPU_DTYPE_F32) ((float*)buf)[t] = (float)s->scalar_d;
-          else if (cdt[i] == TPU_DTYPE_F64) ((double*)buf)[t] = s->scalar_d;
-          else ((int64_t*)buf)[t] = s->scalar_i;
-        }
-      }
-  /* Element strides of every external operand, broadcast to the group shape. */
+  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, shape_op};
   int64_t inner = nd ? shape_op->sizes[nd - 1] : 1;
   int64_t rows = inner ? numel / inner : 0;
-  int64_t idx[TPU_MAX_DIMS] = {0};
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t base[MAX_OPS];
-    for (int e = 0; e < n_ext; ++e) {
-      const tpu_operand_t* op = ext[e];
-      int64_t off = op->offset;
-      for (int d = 0; d < nd - 1; ++d) {
-        int sd = d - (nd - op->ndim);
-        if (sd >= 0 && op->sizes[sd] != 1) off += idx[d] * op->strides[sd];
-      }
-      base[e] = off;
-    }
-    for (int64_t t0 = 0; t0 < inner; t0 += TILE) {
-      int64_t len = inner - t0 < TILE ? inner - t0 : TILE;
-      for (int i = 0; i < k; ++i) {
-        const tpu_node_t* n = nodes[i];
-        char* nbuf = scratch + per_node * (size_t)i;
-        const void* ins[8] = {0};
-        for (int j = 0; j < n->n_in; ++j) {
-          const src_t* s = &src[i * 8 + j];
-          char* conv = nbuf + (size_t)(j + 1) * TILE * 8;
-          if (s->kind == 1) { ins[j] = conv; continue; }
-          if (s->kind == 2) {
-            char* pb = scratch + per_node * (size_t)s->index;
-            if (cdt[s->index] == cdt[i]) ins[j] = pb;
-            else { tpu__convert_run(conv, cdt[i], 1, pb, cdt[s->index], 1, len); ins[j] = conv; }
-            continue;
-          }
-          const tpu_operand_t* op = ext[s->index];
-          int ld = nd - 1 - (nd - op->ndim);
-          int64_t st_ = ld >= 0 && op->sizes[ld] != 1 ? op->strides[ld] : 0;
-          const char* p = (const char*)op->value->data +
-                          (base[s->index] + t0 * st_) * (int64_t)tpu_dtype_size(op->dtype);
-          if (op->dtype == cdt[i] && st_ == 1) ins[j] = p;
-          else { tpu__convert_run(conv, cdt[i], 1, p, op->dtype, st_, len); ins[j] = conv; }
-        }
-        fns[i](len, nbuf, ins, n);
-        tpu_dtype_t od = n->out[0].dtype;
-        if (od != cdt[i]) { /* round through the output dtype, exactly as a store would */
-          tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
-          tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
-        }
-        if (out_ext[i] >= 0) {
-          const tpu_operand_t* op = ext[out_ext[i]];
-          int64_t st_ = nd ? op->strides[nd - 1] : 0;
-          char* p = (char*)op->value->data + (base[out_ext[i]] + t0 * st_) * (int64_t)tpu_dtype_size(od);
-          tpu__convert_run(p, od, st_, nbuf, cdt[i], 1, len);
-        }
-      }
-    }
-    for (int d = nd - 2; d >= 0; --d) {
-      if (++idx[d] < shape_op->sizes[d]) break;
-      idx[d] = 0;
-    }
-  }
+  int64_t grain = inner >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / (inner ? inner : 1);
+  st = tpu__parallel_for(rows, grain, group_rows, &ctx);
 done:
-  tpu__free(scratch);
   tpu__free(src);
   tpu__free(out_ext);
   tpu__free(cdt);
