@@ -1,0 +1,69 @@
+"""The CI sample of `python -m torchtpu.validate --sample ci`: ~50 real architectures
+(transformers, timm, torchvision), tiny with random weights, each run on CPU and on tpu in
+the eager mode this suite runs in (scripts/test.sh runs it once per mode); a sample also
+runs one training step (loss and every gradient vs CPU).
+
+Each model must pass: outputs within the tolerance table and no op on the CPU fallback.
+A model that fails is allowed only when it is listed in XFAIL below with its reason; fix
+the op, then delete the line (a listed model that passes is reported as a warning).
+Needs transformers and timm (skipped without them)."""
+import warnings
+
+import pytest
+import torch
+
+import torchtpu
+
+pytest.importorskip("transformers")
+pytest.importorskip("timm")
+
+from torchtpu import validate  # noqa: E402
+from torchtpu._validate import runner  # noqa: E402
+
+_UNTIED = ("Module.to('tpu') unties shared parameters: torch's _apply keeps a Parameter only when "
+           "torch._has_compatible_shallow_copy_type(cpu, tpu) is true, and c10 counts only "
+           "CPU/CUDA/HIP/XPU/MPS/HPU as dense (not PrivateUse1), so tied embeddings become two "
+           "parameters and the gradient of the shared weight differs")
+XFAIL = {
+    "hf/gpt2/GPT2LMHeadModel": _UNTIED + " (train step)",
+    "hf/t5/T5ForConditionalGeneration": _UNTIED + " (train step)",
+    "hf/mixtral/MixtralForCausalLM": "aten::histc on int32 (transformers' grouped-MoE path): "
+                                     "no native kernel, and the CPU fallback has no int histc",
+    "hf/wav2vec2/Wav2Vec2ForCTC": "aten::_weight_norm_interface runs on the CPU fallback",
+    "tv/segmentation/lraspp_mobilenet_v3_large": "aten::upsample_bilinear2d runs on the CPU fallback",
+    "tv/detection/fasterrcnn_mobilenet_v3_large_320_fpn":
+        "upsample_bilinear2d/upsample_nearest2d, torchvision::nms and roi_align run on the "
+        "CPU fallback",
+}
+
+_IDS, _TRAIN = validate.ci_sample()
+
+
+def _summary(r):
+    if r["status"] == "excluded":
+        return f"excluded: {r.get('reason')}"
+    parts = []
+    for m, v in r["modes"].items():
+        if v["status"] != "pass":
+            parts.append(f"{m}: {v.get('cause')}: {v.get('detail')}")
+    for m, v in ((r.get("train") or {}).get("modes") or {}).items():
+        if v["status"] != "pass":
+            parts.append(f"{m} train step: {v.get('cause')}: {v.get('detail')}")
+    return "; ".join(parts)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model_id", _IDS)
+def test_model(model_id):
+    mode = torchtpu.get_eager_mode()
+    r = runner.run_model(model_id, modes=(mode,), train=model_id in _TRAIN)
+    torch.tpu.synchronize()
+    # an excluded model (its CPU reference fails) would silently shrink the sample
+    assert r["status"] != "excluded", f"{model_id} is in the CI sample but {_summary(r)}"
+    if r["status"] == "pass":
+        if model_id in XFAIL:
+            warnings.warn(f"{model_id} passes now: delete it from XFAIL ({XFAIL[model_id]})")
+        return
+    if model_id in XFAIL:
+        pytest.xfail(f"{XFAIL[model_id]} -- got: {_summary(r)}")
+    pytest.fail(f"{model_id} ({mode}): {_summary(r)}")

@@ -1,0 +1,464 @@
+"""Enumerates real model architectures and builds tiny random-weight instances with inputs.
+
+Model ids: `hf/<model_type>/<ClassName>`, `timm/<name>`, `tv/<module>/<name>`.
+Nothing is downloaded: configs are built from their defaults and shrunk, weights are
+random (`from_config`, `pretrained=False`, `weights=None, weights_backbone=None`).
+
+`build(model_id)` returns a `Built`: the model (CPU, eval mode) and a list of candidate
+input sets; the runner uses the first candidate whose CPU forward works."""
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+BATCH, SEQ, IMG = 2, 16, 64
+MAX_PARAMS = 100_000_000  # larger (after shrinking) is excluded: too slow for a CPU reference
+
+
+class Excluded(Exception):
+    """The model cannot be validated (not a tpu failure): reason in the message."""
+
+
+@dataclass
+class Built:
+    model: torch.nn.Module
+    candidates: list = field(default_factory=list)   # [(kind, args tuple, kwargs dict)]
+    params: int = 0
+    note: str = ""
+
+
+# ----------------------------------------------------------------------------- enumeration
+
+def _hf_ids():
+    """One id per task-head class, under the model type whose name the class carries
+    (LlamaForCausalLM is listed under several model types; it belongs to llama)."""
+    try:
+        from transformers.models.auto import modeling_auto as ma
+    except Exception:
+        return []
+    best = {}
+    for name in sorted(n for n in dir(ma) if n.startswith("MODEL") and n.endswith("_MAPPING_NAMES")):
+        mapping = getattr(ma, name)
+        if not isinstance(mapping, dict):
+            continue
+        for mt, cls in mapping.items():
+            for c in (cls if isinstance(cls, (list, tuple)) else [cls]):
+                if not isinstance(c, str):
+                    continue
+                key = mt.replace("_", "").replace("-", "").lower()
+                score = (c.lower().startswith(key), len(key) if c.lower().startswith(key) else 0)
+                if c not in best or score > best[c][0]:
+                    best[c] = (score, mt)
+    return sorted(f"hf/{mt}/{c}" for c, (_, mt) in best.items())
+
+
+def _timm_ids():
+    try:
+        import timm
+    except Exception:
+        return []
+    return [f"timm/{n}" for n in sorted(timm.list_models())]
+
+
+TV_MODULES = ("classification", "segmentation", "detection", "video", "optical_flow")
+
+
+def _tv_ids():
+    import torchvision.models as tvm
+    mods = {"classification": tvm, "segmentation": tvm.segmentation,
+            "detection": tvm.detection, "video": tvm.video, "optical_flow": tvm.optical_flow}
+    ids = []
+    for kind in TV_MODULES:
+        ids += [f"tv/{kind}/{n}" for n in sorted(tvm.list_models(module=mods[kind]))]
+    return ids
+
+
+def enumerate_models(sources=("hf", "timm", "tv")):
+    out = []
+    if "hf" in sources:
+        out += _hf_ids()
+    if "timm" in sources:
+        out += _timm_ids()
+    if "tv" in sources:
+        out += _tv_ids()
+    return out
+
+
+def source_of(model_id):
+    return {"hf": "transformers", "timm": "timm", "tv": "torchvision"}[model_id.split("/", 1)[0]]
+
+
+# ----------------------------------------------------------------------------- config shrinker
+
+_LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
+           "decoder_layers", "num_encoder_layers", "num_decoder_layers", "text_layers",
+           "vision_layers", "num_text_layers", "num_vision_layers", "depth",
+           "num_hidden_groups")
+_HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim",
+           "projection_dim", "word_embed_proj_dim", "embedding_size", "d_embed",
+           "encoder_hidden_size", "decoder_hidden_size", "text_embed_dim", "vision_embed_dim",
+           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim")
+_HEADS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
+          "decoder_attention_heads", "n_heads", "num_attention_heads_per_layer")
+_FFN = ("intermediate_size", "ffn_dim", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
+        "d_ff", "moe_intermediate_size", "shared_expert_intermediate_size", "d_inner",
+        "decoder_intermediate_size", "encoder_intermediate_size", "ff_dim", "mlp_dim",
+        "dense_intermediate_size")
+_POS = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
+        "max_length", "max_seq_len", "max_sequence_length", "seq_length", "block_size")
+_EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k")
+_VOCAB = 1000
+
+
+def _shrink_dict(d, keep_images=False, layers_only=False):
+    """Shrinks one config dict in place (recursing into sub-configs). keep_images: leave
+    image sizes, patch sizes and positions as they are (for models whose windows or
+    position tables assume them). layers_only: shrink only layer, vocab and expert counts
+    (for models whose widths are tied by constraints the generic rules break)."""
+    old_layers = {}
+    for k, v in list(d.items()):
+        if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
+            _shrink_dict(v, keep_images, layers_only)
+            continue
+        if isinstance(v, bool) or v is None:
+            continue
+        if isinstance(v, int) and layers_only:
+            if k in _LAYERS and v > 2 and not (k == "num_layers" and "depths" in d):
+                old_layers[k] = v
+                d[k] = 2
+            elif k in _EXPERTS and v > 4:
+                d[k] = 4
+            elif k in _TOPK and v > 2:
+                d[k] = 2
+        elif isinstance(v, int):
+            if k in _LAYERS and v > 2 and not (k == "num_layers" and "depths" in d):
+                old_layers[k] = v
+                d[k] = 2
+            elif k in _HIDDEN and v > 64:
+                d[k] = 64
+            elif k in _HEADS and v > 4:
+                d[k] = 4
+            elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") and v > 2:
+                d[k] = 4 if v == max((d.get(h) or 0) for h in _HEADS if isinstance(d.get(h), int)) else 2
+            elif (k == "head_dim" or k.endswith("_head_dim") or k == "kv_channels" or k == "attention_head_size" or k == "dim_head") and v > 16:
+                d[k] = 16
+            elif k.endswith("lora_rank") and v > 16:
+                d[k] = 16
+            elif k in _FFN and v > 64:
+                d[k] = 64
+            elif k in _POS and v > 128 and not keep_images:
+                d[k] = 128
+            elif k == "max_source_positions" and v > 64:
+                d[k] = 64
+            elif k in _EXPERTS and v > 4:
+                d[k] = 4
+            elif k in _TOPK and v > 2:
+                d[k] = 2
+            elif k in ("image_size", "img_size", "input_size") and v > IMG and not keep_images:
+                d[k] = IMG
+            elif k == "num_labels":
+                d[k] = 2
+            elif k in ("codebook_size", "num_codebooks_vocab") and v > _VOCAB:
+                d[k] = _VOCAB
+        elif layers_only:
+            continue
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+            if k in ("hidden_sizes", "embed_dims", "conv_dim", "hidden_dims", "channels", "dims",
+                     "encoder_hidden_sizes", "neck_hidden_sizes", "embed_dim"):
+                d[k] = [min(x, 16 * 2 ** min(i, 2)) for i, x in enumerate(v)]
+                if k == "conv_dim":
+                    d[k] = [min(x, 32) for x in v]
+            elif k in ("depths", "num_layers", "layers", "encoder_layers", "block_repeats") and max(v) > 1:
+                d[k] = [1] * len(v)
+            elif k in ("num_heads", "num_attention_heads", "heads", "encoder_attention_heads") and max(v) > 2:
+                d[k] = [min(x, 2) for x in v]
+            elif k in ("image_size", "img_size") and max(v) > IMG and not keep_images:
+                d[k] = [IMG] * len(v)
+    if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int) and "qk_head_dim" in d:
+        d["qk_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    for k in ("n_group", "topk_group"):
+        if isinstance(d.get(k), int) and d[k] > 1:
+            d[k] = 1
+    for k in ("rope_scaling", "rope_parameters"):
+        rp = d.get(k)
+        if isinstance(rp, dict) and isinstance(rp.get("mrope_section"), list) and len(rp["mrope_section"]) == 3:
+            rp["mrope_section"] = [2, 3, 3]  # sums to head_dim / 2 = 8
+    if old_layers and "stage_names" in d:  # backbones: stages follow the new layer count
+        for k in ("stage_names", "out_features", "out_indices"):
+            d.pop(k, None)
+    # vocab sizes and the token ids that must stay inside them
+    for k, v in list(d.items()):
+        if isinstance(v, int) and not isinstance(v, bool) and k.endswith("vocab_size") and v > _VOCAB:
+            d[k] = _VOCAB
+    big = {}
+    for k, v in list(d.items()):
+        if (k.endswith("token_id") or k.endswith("token_index") or k.endswith("_token_ids")) and isinstance(v, int) \
+                and not isinstance(v, bool) and v >= _VOCAB - 10:
+            d[k] = big.setdefault(v, _VOCAB - 1 - len(big))
+        elif k.endswith("token_id") and isinstance(v, list):
+            d[k] = [big.setdefault(x, _VOCAB - 1 - len(big)) if isinstance(x, int) and x >= _VOCAB - 10 else x
+                    for x in v]
+    # per-layer lists sized by the old layer count
+    for old in set(old_layers.values()):
+        for k, v in list(d.items()):
+            if isinstance(v, list) and len(v) == old:
+                d[k] = v[:2]
+    if "use_cache" in d:
+        d["use_cache"] = False
+    if "pad_token_id" in d and d["pad_token_id"] is None:
+        d["pad_token_id"] = 0  # sequence-classification heads need one for batch > 1
+    return d
+
+
+def _hf_build(model_type, cls_name, variant=0):
+    import transformers
+    from transformers import AutoConfig
+    cls = getattr(transformers, cls_name, None)
+    if cls is None:
+        raise Excluded(f"class {cls_name} is not exported by transformers")
+    try:
+        cfg0 = AutoConfig.for_model(model_type)
+    except Exception as e:
+        raise Excluded(f"config for {model_type}: {type(e).__name__}: {e}")
+    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2)
+    for k in ("transformers_version", "architectures", "_name_or_path"):
+        d.pop(k, None)
+    try:
+        cfg = type(cfg0).from_dict(d)
+    except Exception as e:
+        raise Excluded(f"tiny config rejected: {type(e).__name__}: {str(e)[:200]}")
+    try:
+        cfg.use_cache = False
+    except Exception:
+        pass
+    _check_size(lambda: cls._from_config(cfg))
+    torch.manual_seed(0)
+    try:
+        model = cls._from_config(cfg)
+    except Exception as e:
+        raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
+    model.eval()
+    return Built(model, _hf_candidates(model, cfg, cls_name))
+
+
+def _check_size(make):
+    """Counts parameters on the meta device; excludes models too large for a CPU reference."""
+    try:
+        with torch.device("meta"):
+            m = make()
+        n = sum(p.numel() for p in m.parameters())
+    except Exception:
+        return
+    if n > MAX_PARAMS:
+        raise Excluded(f"too large after shrinking ({n / 1e6:.0f}M parameters)")
+
+
+def _sub(cfg, *names):
+    for n in names:
+        s = getattr(cfg, n, None)
+        if s is not None and hasattr(s, "to_dict"):
+            return s
+    return None
+
+
+def _get(cfgs, *names, default=None):
+    for c in cfgs:
+        if c is None:
+            continue
+        for n in names:
+            v = getattr(c, n, None)
+            if v is not None:
+                return v
+    return default
+
+
+def _hw(v):
+    if isinstance(v, dict):
+        return int(v.get("height", IMG)), int(v.get("width", IMG))
+    if isinstance(v, (list, tuple)):
+        return int(v[0]), int(v[-1])
+    return int(v), int(v)
+
+
+def _hf_candidates(model, cfg, cls_name):
+    sig = inspect.signature(model.forward).parameters
+    text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config") or cfg
+    vis = _sub(cfg, "vision_config", "encoder", "image_encoder", "backbone_config") or cfg
+    aud = _sub(cfg, "audio_config", "encoder") or cfg
+    g = torch.Generator().manual_seed(0)
+    vocab = _get([text, cfg], "vocab_size", default=_VOCAB)
+    if not isinstance(vocab, int):
+        vocab = _VOCAB
+    vocab = min(vocab, _VOCAB - 20)
+    shape = (BATCH, 2, SEQ) if "MultipleChoice" in cls_name else (BATCH, SEQ)
+
+    def ids(shape=shape):
+        return torch.randint(3, max(vocab, 4), shape, generator=g)
+
+    h, w = _hw(_get([vis, cfg], "image_size", "img_size", "input_size", default=IMG))
+    ch = _get([vis, cfg], "num_channels", "in_channels", "in_chans", default=3)
+    ch = ch if isinstance(ch, int) else 3
+    pixels = torch.randn(BATCH, ch, h, w, generator=g)
+    main = getattr(model, "main_input_name", "input_ids")
+    required = [n for n, p in sig.items() if p.default is inspect.Parameter.empty
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
+
+    def text_inputs():
+        x = {"input_ids": ids()}
+        if "attention_mask" in sig:
+            x["attention_mask"] = torch.ones_like(x["input_ids"])
+        return x
+
+    def add_decoder(x):
+        if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in sig:
+            x["decoder_input_ids"] = ids((BATCH, SEQ // 2))
+        return x
+
+    def audio_features():
+        mel = _get([aud, cfg], "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", default=80)
+        src = _get([aud, cfg], "max_source_positions", default=None)
+        cands = []
+        if src:
+            cands.append(torch.randn(BATCH, mel, 2 * src, generator=g))
+        cands.append(torch.randn(BATCH, 64, mel, generator=g))
+        cands.append(torch.randn(BATCH, mel, 64, generator=g))
+        return cands
+
+    cands = []
+    if main == "input_ids" or main not in ("pixel_values", "input_values", "input_features"):
+        full = text_inputs()
+        if "pixel_values" in sig and ("pixel_values" in required or _sub(cfg, "vision_config") is not None):
+            full_mm = dict(full, pixel_values=pixels)
+            cands.append(("kw", (), add_decoder(full_mm)))
+        cands.append(("kw", (), add_decoder(dict(full))))
+        if "attention_mask" in full:
+            cands.append(("kw", (), add_decoder({"input_ids": full["input_ids"]})))
+    elif main == "pixel_values":
+        x = {"pixel_values": pixels}
+        if "input_ids" in sig and ("input_ids" in required or _sub(cfg, "text_config") is not None):
+            cands.append(("kw", (), add_decoder(dict(x, **text_inputs()))))
+        cands.append(("kw", (), add_decoder(x)))
+        if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in sig:
+            cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
+    elif main == "input_values":
+        for n in (1600, 4000, 16000):
+            cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, n, generator=g)})))
+        cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, 1, 4000, generator=g)})))
+    elif main == "input_features":
+        for f in audio_features():
+            x = add_decoder({"input_features": f})
+            if "input_ids" in sig and "input_ids" in required:
+                x.update(text_inputs())
+            cands.append(("kw", (), x))
+    return cands
+
+
+# ----------------------------------------------------------------------------- timm
+
+def _timm_build(name):
+    import timm
+    tries = [dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), dict(img_size=IMG), {}]
+    last = None
+    for kw in tries:
+        try:
+            _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
+            torch.manual_seed(0)
+            model = timm.create_model(name, pretrained=False, num_classes=10, **kw)
+            break
+        except Excluded:
+            if kw:
+                continue
+            raise
+        except Exception as e:
+            last = e
+    else:
+        raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
+    model.eval()
+    cfg = getattr(model, "pretrained_cfg", {}) or {}
+    c, h, w = cfg.get("input_size", (3, 224, 224))
+    if "img_size" in kw:
+        sizes = [(IMG, IMG)]
+    else:
+        sizes = [(IMG, IMG), (96, 96), (128, 128), (h, w)]
+        if cfg.get("fixed_input_size"):
+            sizes = [(h, w)]
+    g = torch.Generator().manual_seed(0)
+    cands = [("args", (torch.randn(BATCH, c, hh, ww, generator=g),), {}) for hh, ww in dict.fromkeys(sizes)]
+    return Built(model, cands, note=str(kw) if kw else "")
+
+
+# ----------------------------------------------------------------------------- torchvision
+
+def _tv_build(kind, name):
+    import torchvision.models as tvm
+    g = torch.Generator().manual_seed(0)
+    base = dict(weights=None)
+    if kind == "classification":
+        tries = [dict(base, num_classes=10, image_size=IMG), dict(base, num_classes=10)]
+    elif kind == "segmentation":
+        tries = [dict(base, num_classes=5, weights_backbone=None, aux_loss=False)]
+    elif kind == "detection":
+        tries = [dict(base, num_classes=5, weights_backbone=None, min_size=IMG, max_size=96)]
+    elif kind == "video":
+        tries = [dict(base, num_classes=10)]
+    else:
+        tries = [dict(base)]
+    last = None
+    for kw in tries:
+        try:
+            _check_size(lambda: tvm.get_model(name, **kw))
+            torch.manual_seed(0)
+            model = tvm.get_model(name, **kw)
+            break
+        except Excluded:
+            raise
+        except Exception as e:
+            last = e
+    else:
+        raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
+    model.eval()
+    if kind in ("classification", "segmentation"):
+        cands = [("args", (torch.randn(BATCH, 3, s, s, generator=g),), {}) for s in (IMG, 96, 128, 224)]
+    elif kind == "detection":
+        cands = [("args", ([torch.rand(3, IMG, IMG, generator=g) for _ in range(BATCH)],), {})]
+    elif kind == "video":
+        cands = [("args", (torch.randn(1, 3, 4, 32, 32, generator=g),), {}),
+                 ("args", (torch.randn(1, 3, 16, 64, 64, generator=g),), {})]
+    else:
+        im = [torch.randn(1, 3, 128, 128, generator=g) for _ in range(2)]
+        cands = [("kw", (im[0], im[1]), {"num_flow_updates": 2})]
+    return Built(model, cands, note=str({k: v for k, v in kw.items() if v is not None}))
+
+
+def variants(model_id):
+    """How many build variants to try (the next one when the CPU reference fails)."""
+    # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts
+    return 3 if model_id.startswith("hf/") else 1
+
+
+def build(model_id, variant=0):
+    src, rest = model_id.split("/", 1)
+    if src == "hf":
+        mt, cls = rest.split("/")
+        b = _hf_build(mt, cls, variant)
+    elif src == "timm":
+        b = _timm_build(rest)
+    elif src == "tv":
+        kind, name = rest.split("/")
+        b = _tv_build(kind, name)
+    else:
+        raise ValueError(model_id)
+    b.params = sum(p.numel() for p in b.model.parameters())
+    if b.params > MAX_PARAMS:
+        raise Excluded(f"too large after shrinking ({b.params / 1e6:.0f}M parameters)")
+    if not b.candidates:
+        raise Excluded("no input generator for this model's forward signature")
+    return b

@@ -1,0 +1,439 @@
+"""Runs one model: CPU reference, then the same weights and inputs on tpu per eager mode.
+
+Result (a JSON-able dict):
+  {"id", "source", "status": "pass" | "fail" | "excluded", "reason" (excluded),
+   "params", "modes": {mode: {"status", "cause", "detail", "fallback_ops", "max_err",
+   "output", "seconds"}}, "train": {...} | None}
+A mode passes only when every output matches within tolerance AND no op ran through the
+CPU fallback. Causes: unsupported_op, cpu_fallback, mismatch, exception, timeout."""
+from __future__ import annotations
+
+import copy
+import gc
+import math
+import re
+import time
+import traceback
+
+import torch
+
+from .. import _tolerances
+from . import models as M
+
+MODES = ("strict", "defer_and_fuse")
+# Whole-model outputs pass through tens of ops, each allowed the per-op tolerance of
+# torchtpu/_tolerances.py; the model-level comparison allows this many per-op steps.
+MODEL_TOL_FACTOR = 10.0
+
+
+def tol(dtype):
+    t = _tolerances.tol(dtype)
+    return t["atol"] * MODEL_TOL_FACTOR, t["rtol"] * MODEL_TOL_FACTOR
+
+
+# ----------------------------------------------------------------------------- trees
+
+def flatten(out, prefix="out"):
+    """[(path, tensor)] of every tensor in a (nested) ModelOutput/dict/tuple/list."""
+    items = []
+    if isinstance(out, torch.Tensor):
+        items.append((prefix, out))
+    elif isinstance(out, dict) or (hasattr(out, "keys") and hasattr(out, "__getitem__")):
+        for k in list(out.keys()):
+            items += flatten(out[k], f"{prefix}.{k}" if prefix != "out" else str(k))
+    elif isinstance(out, (list, tuple)):
+        for i, v in enumerate(out):
+            items += flatten(v, f"{prefix}[{i}]")
+    elif hasattr(out, "to_tuple"):
+        items += flatten(out.to_tuple(), prefix)
+    return items
+
+
+def tree_map(fn, x):
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, dict):
+        return {k: tree_map(fn, v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(tree_map(fn, v) for v in x)
+    return x
+
+
+def call(model, cand):
+    _, args, kwargs = cand
+    return model(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- comparison
+
+def compare(actual, expected, scale_by_max=()):
+    """(ok, worst) where worst = {output, max_err, ratio, dtype} of the worst output.
+
+    Paths starting with a prefix in `scale_by_max` (gradients) get the absolute tolerance
+    scaled by the tensor's largest magnitude: a gradient is a sum over the batch and
+    sequence whose order the backward kernels may change, so elements near zero carry the
+    rounding error of the largest terms."""
+    a_items = dict(flatten(actual))
+    worst = {"output": None, "max_err": 0.0, "ratio": 0.0}
+    ok = True
+    for path, e in flatten(expected):
+        a = a_items.get(path)
+        if a is None:
+            return False, {"output": path, "max_err": None, "ratio": math.inf, "why": "missing on tpu"}
+        a = a.detach().cpu()
+        e = e.detach()
+        if a.shape != e.shape or a.dtype != e.dtype:
+            return False, {"output": path, "max_err": None, "ratio": math.inf,
+                           "why": f"tpu {a.dtype}{list(a.shape)} vs cpu {e.dtype}{list(e.shape)}"}
+        if e.is_complex():
+            a, e = torch.view_as_real(a), torch.view_as_real(e)
+        if e.is_floating_point():
+            atol, rtol = tol(e.dtype)
+            if scale_by_max and path.startswith(scale_by_max) and e.numel():
+                emax = float(e.double().abs().nan_to_num(0, 0, 0).max())
+                atol = atol * max(1.0, emax)
+            af, ef = a.double(), e.double()
+            nan_mismatch = bool((af.isnan() != ef.isnan()).any())
+            fin = ef.isfinite() & af.isfinite()
+            inf_mismatch = bool(((~ef.isfinite()) & ~ef.isnan() & (af != ef)).any())
+            err = (af - ef).abs().where(fin, torch.zeros((), dtype=torch.float64))
+            bound = atol + rtol * ef.abs().where(fin, torch.zeros((), dtype=torch.float64))
+            ratio = float((err / bound).max()) if err.numel() else 0.0
+            max_err = float(err.max()) if err.numel() else 0.0
+            if nan_mismatch or inf_mismatch:
+                ratio = math.inf
+        else:
+            diff = (a != e)
+            max_err = float(diff.sum())
+            ratio = math.inf if max_err else 0.0
+        if ratio > worst["ratio"] or worst["output"] is None:
+            worst = {"output": path, "max_err": max_err, "ratio": ratio, "dtype": str(e.dtype)}
+            if e.is_floating_point() and e.numel():
+                worst["cpu_max"] = float(e.double().abs().nan_to_num(0, 0, 0).max())
+        if ratio > 1.0:
+            ok = False
+    return ok, worst
+
+
+# ----------------------------------------------------------------------------- classification
+
+_OP_PATTERNS = [
+    re.compile(r"Could not run '((?:aten|torchvision)::[\w.]+)' with arguments from the '(?:PrivateUse1|tpu|CPU)' backend"),
+    re.compile(r"\"?(\w+)\"? not implemented for '(\w+)'"),
+    re.compile(r"error in ([\w.:]+):"),
+    re.compile(r"(aten::[\w.]+)"),
+]
+
+
+def classify_exception(e):
+    msg = f"{type(e).__name__}: {e}"
+    first = msg.strip().splitlines()[0][:300] if msg.strip() else type(e).__name__
+    m = _OP_PATTERNS[0].search(msg)
+    if m:
+        return "unsupported_op", m.group(1), first
+    m = _OP_PATTERNS[1].search(msg)
+    if m and "tpu" in "".join(traceback.format_exception(e)).lower():
+        return "unsupported_op", f"{m.group(1)} ({m.group(2)})", first
+    if "not supported on tpu" in msg or "is not supported by the tpu" in msg:
+        m = _OP_PATTERNS[2].search(msg)
+        return "unsupported_op", (m.group(1) if m else first[:80]), first
+    m = re.search(r"(\w+): unsupported (?:output |input )?dtype", msg)
+    if m:
+        return "unsupported_op", f"{m.group(1)} (dtype, e.g. complex)", first
+    m = _OP_PATTERNS[2].search(msg)
+    return "exception", (m.group(1) if m else None), first
+
+
+def _is_random(model, cand, expected):
+    try:
+        torch.manual_seed(1)
+        with torch.no_grad():
+            again = call(model, cand)
+    except Exception:
+        return False
+    a, e = dict(flatten(again)), flatten(expected)
+    for path, t in e:
+        u = a.get(path)
+        if u is None or u.shape != t.shape or not torch.equal(u.nan_to_num(0), t.nan_to_num(0)):
+            return True
+    return False
+
+
+def _device_alive():
+    try:
+        return float(torch.ones(4, device="tpu").sum().item()) == 4.0
+    except Exception:
+        return False
+
+
+# ----------------------------------------------------------------------------- one model
+
+def _fallbacks():
+    import torchtpu
+    return dict(torchtpu.fallback_report())
+
+
+def _loss_of(out):
+    loss = getattr(out, "loss", None) if not isinstance(out, (tuple, list, torch.Tensor)) else None
+    if isinstance(loss, torch.Tensor) and loss.requires_grad:
+        return loss
+    terms = [t.float().sum() for _, t in flatten(out) if t.is_floating_point() and t.requires_grad]
+    if not terms:
+        return None
+    return torch.stack(terms).sum()
+
+
+def run_on_tpu(model, cand, expected, mode, train_ref=None):
+    """Runs the model on tpu in `mode`; returns a mode result dict."""
+    import torchtpu
+    res = {"status": "fail", "cause": None, "detail": None, "fallback_ops": {}}
+    t0 = time.time()
+    dev_model = None
+    prev_mode = torchtpu.get_eager_mode()
+    try:
+        torchtpu.set_eager_mode(mode)
+        torchtpu.reset_fallback_report()
+        dev_model = copy.deepcopy(model).to("tpu")
+        broken = broken_ties(model, dev_model)
+        if broken:
+            res["ties_broken"] = broken
+        dev_cand = (cand[0], tree_map(lambda t: t.to("tpu"), cand[1]), tree_map(lambda t: t.to("tpu"), cand[2]))
+        if train_ref is None:
+            with torch.no_grad():
+                out = call(dev_model, dev_cand)
+            ok, worst = compare(out, expected)
+            torch.tpu.synchronize()
+            if not ok and not worst.get("why"):
+                res["_tpu_out"] = {p: t.detach().cpu() for p, t in flatten(out)}
+        else:
+            out = call(dev_model, dev_cand)
+            loss = _loss_of(out)
+            loss.backward()
+            grads = {n: p.grad for n, p in dev_model.named_parameters() if p.grad is not None}
+            torch.tpu.synchronize()
+            ok, worst = compare({"loss": loss.detach(), "grad": grads}, train_ref, scale_by_max=("grad.",))
+        res["fallback_ops"] = _fallbacks()
+        res["max_err"] = worst.get("max_err")
+        res["ratio"] = worst.get("ratio") if worst.get("ratio") != math.inf else "inf"
+        res["output"] = worst.get("output")
+        if not ok:
+            res["cause"] = "mismatch"
+            why = worst.get("why") or (f"max abs err {worst.get('max_err'):.3g} ({worst.get('ratio'):.3g}x "
+                                       f"tolerance, {worst.get('dtype')}, largest |cpu| {worst.get('cpu_max', 0):.3g})")
+            if res.get("ties_broken") and train_ref is not None:
+                why += f"; Module.to('tpu') untied shared parameters {res['ties_broken'][0]}"
+            res["detail"] = f"{worst.get('output')}: {why}"
+        elif res["fallback_ops"]:
+            res["cause"] = "cpu_fallback"
+            res["detail"] = ", ".join(sorted(res["fallback_ops"]))
+        else:
+            res["status"] = "pass"
+    except Exception as e:
+        try:
+            res["fallback_ops"] = _fallbacks()
+        except Exception:
+            pass
+        cause, op, msg = classify_exception(e)
+        res["cause"], res["op"], res["detail"] = cause, op, msg
+        res["where"] = _where(e)
+    finally:
+        try:
+            torchtpu.set_eager_mode(prev_mode)
+        except Exception:
+            pass
+        del dev_model
+    res["seconds"] = round(time.time() - t0, 2)
+    return res
+
+
+def _tie_groups(model):
+    groups = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(n)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def broken_ties(cpu_model, dev_model):
+    """Groups of parameter names shared on CPU but no longer shared after .to('tpu')."""
+    params = dict(dev_model.named_parameters(remove_duplicate=False))
+    out = []
+    for g in _tie_groups(cpu_model):
+        if len({id(params.get(n)) for n in g}) > 1:
+            out.append(g)
+    return out
+
+
+def _where(e):
+    tb = traceback.extract_tb(e.__traceback__)
+    for fr in reversed(tb):
+        if "/torch/" not in fr.filename and "/_validate/" not in fr.filename:
+            return f"{fr.filename.split('site-packages/')[-1]}:{fr.lineno} in {fr.name}"
+    return None
+
+
+def run_model(model_id, modes=MODES, train=False):
+    """Builds, runs and compares one model; restores the fallback policy it changes."""
+    import torchtpu
+    prev = torchtpu.get_fallback()
+    torchtpu.set_fallback("allow")
+    try:
+        return _run_model(model_id, modes, train)
+    finally:
+        torchtpu.set_fallback(prev)
+
+
+def _run_model(model_id, modes, train):
+    result = {"id": model_id, "source": M.source_of(model_id), "status": "excluded",
+              "modes": {}, "train": None}
+    t0 = time.time()
+    reasons = []
+    for variant in range(M.variants(model_id)):
+        try:
+            built = M.build(model_id, variant)
+        except M.Excluded as e:
+            reasons.append(str(e))
+            continue
+        except Exception as e:
+            reasons.append(f"build failed: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        model = built.model
+        # CPU reference: the first candidate input set that runs
+        expected, cand, errs = None, None, []
+        for c in built.candidates:
+            try:
+                torch.manual_seed(0)
+                with torch.no_grad():
+                    expected = call(model, c)
+                if not flatten(expected):
+                    errs.append("forward returned no tensors")
+                    expected = None
+                    continue
+                cand = c
+                break
+            except Exception as e:
+                errs.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
+        if cand is not None:
+            if _is_random(model, cand, expected):
+                result["reason"] = ("forward draws random numbers in eval mode (its CPU output "
+                                    "changes with the seed), so CPU and tpu cannot be compared")
+                return result
+            break
+        reasons.append("CPU reference failed: " + (errs[-1] if errs else "no inputs"))
+        del built, model
+    else:
+        result["reason"] = reasons[0] if len(set(reasons)) == 1 else " / ".join(dict.fromkeys(reasons))
+        return result
+    result["params"] = built.params
+    if built.note:
+        result["note"] = built.note
+    if variant:
+        result["variant"] = variant
+    result["input"] = _describe(cand)
+    result["cpu_seconds"] = round(time.time() - t0, 2)
+    for mode in modes:
+        torch.manual_seed(0)
+        result["modes"][mode] = run_on_tpu(model, cand, expected, mode)
+        if not _device_alive():
+            result["device_dead"] = True
+            break
+    if any(m.get("cause") == "mismatch" for m in result["modes"].values()):
+        _recheck_in_float64(model, cand, expected, result)
+    if train and not result.get("device_dead"):
+        result["train"] = _train(model, cand, modes)
+    for m in result["modes"].values():
+        m.pop("_tpu_out", None)
+    statuses = [m["status"] for m in result["modes"].values()]
+    if result["train"] and "modes" in result["train"]:
+        statuses += [m["status"] for m in result["train"]["modes"].values()]
+    result["status"] = "pass" if statuses and all(s == "pass" for s in statuses) else "fail"
+    result["seconds"] = round(time.time() - t0, 2)
+    return result
+
+
+def _recheck_in_float64(model, cand, expected, result):
+    """A forward mismatch is re-judged against a float64 CPU reference: when the tpu's
+    float32 error (vs float64) is within 2x the CPU's own float32 error on the worst
+    output, the model is ill-conditioned (random-init activations that explode), not
+    wrong on tpu; the mode then passes with a note."""
+    try:
+        m64 = copy.deepcopy(model).double()
+        to64 = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
+        c64 = (cand[0], tree_map(to64, cand[1]), tree_map(to64, cand[2]))
+        torch.manual_seed(0)
+        with torch.no_grad():
+            ref64 = dict(flatten(call(m64, c64)))
+        del m64
+    except Exception:
+        return
+    cpu32 = dict(flatten(expected))
+    for mode, m in result["modes"].items():
+        if m.get("cause") != "mismatch" or not m.get("_tpu_out"):
+            continue
+        worst_tpu, worst_cpu = 0.0, 0.0
+        ok = True
+        for path, t in m["_tpu_out"].items():
+            r = ref64.get(path)
+            c = cpu32.get(path)
+            if r is None or c is None or r.shape != t.shape or not t.is_floating_point():
+                ok = False
+                break
+            et = float((t.double() - r).abs().nan_to_num(0, 0, 0).max())
+            ec = float((c.double() - r).abs().nan_to_num(0, 0, 0).max())
+            worst_tpu, worst_cpu = max(worst_tpu, et), max(worst_cpu, ec)
+            if et > 2 * ec + tol(c.dtype)[0]:
+                ok = False
+        if ok:
+            m["status"], m["cause"] = "pass", None
+            m["note"] = (f"ill-conditioned: {m['detail']}; vs a float64 reference the tpu's max "
+                         f"error is {worst_tpu:.3g}, the CPU float32's {worst_cpu:.3g}")
+            m["detail"] = None
+            if m.get("fallback_ops"):
+                m["status"], m["cause"] = "fail", "cpu_fallback"
+                m["detail"] = ", ".join(sorted(m["fallback_ops"]))
+    for m in result["modes"].values():
+        m.pop("_tpu_out", None)
+
+
+def _train(model, cand, modes):
+    """One training step (eval-mode numerics: dropout off): loss and every gradient vs CPU."""
+    ref_model = copy.deepcopy(model)
+    try:
+        torch.manual_seed(0)
+        out = call(ref_model, cand)
+        loss = _loss_of(out)
+        if loss is None:
+            return {"excluded": "no differentiable float output"}
+        loss.backward()
+        ref = {"loss": loss.detach(), "grad": {n: p.grad for n, p in ref_model.named_parameters()
+                                               if p.grad is not None}}
+    except Exception as e:
+        return {"excluded": f"CPU backward failed: {type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        del ref_model
+    res = {"modes": {}}
+    for mode in modes:
+        torch.manual_seed(0)
+        res["modes"][mode] = run_on_tpu(model, cand, None, mode, train_ref=ref)
+    return res
+
+
+def _describe(cand):
+    _, args, kwargs = cand
+    parts = []
+    for i, a in enumerate(args):
+        parts.append(_shape(a))
+    for k, v in kwargs.items():
+        parts.append(f"{k}={_shape(v)}")
+    return ", ".join(parts)
+
+
+def _shape(x):
+    if isinstance(x, torch.Tensor):
+        return f"{str(x.dtype).replace('torch.', '')}{list(x.shape)}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ", ".join(_shape(v) for v in x) + "]"
+    return repr(x)
+
+
+def cleanup():
+    gc.collect()
