@@ -282,14 +282,6 @@ tpu_status_t tpu_flush(int device, const char* reason) {
 }
 
 /* ---- planning ----------------------------------------------------------------------------- */
-static bool views_equal(const tpu_operand_t* a, const tpu_operand_t* b) {
-  if (a->value != b->value || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
-    return false;
-  for (int d = 0; d < a->ndim; ++d)
-    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] != 1 && a->strides[d] != b->strides[d])) return false;
-  return true;
-}
-
 static bool same_shape(const tpu_operand_t* a, const tpu_operand_t* b) {
   if (a->ndim != b->ndim) return false;
   for (int d = 0; d < a->ndim; ++d) if (a->sizes[d] != b->sizes[d]) return false;
@@ -342,11 +334,11 @@ static bool hazard_free(tpu_node_t** nodes, const int* members, int m, const tpu
   for (int g = 0; g < m; ++g) {
     const tpu_node_t* n = nodes[members[g]];
     const tpu_operand_t* nw = &n->out[0];
-    if (nw->value == cw->value && !views_equal(nw, cw)) return false;
+    if (nw->value == cw->value && !tpu__operand_same_view(nw, cw)) return false;
     for (int j = 0; j < c->n_in; ++j)
-      if (c->in[j].value == nw->value && !views_equal(&c->in[j], nw)) return false;
+      if (c->in[j].value == nw->value && !tpu__operand_same_view(&c->in[j], nw)) return false;
     for (int j = 0; j < n->n_in; ++j)
-      if (n->in[j].value == cw->value && !views_equal(&n->in[j], cw)) return false;
+      if (n->in[j].value == cw->value && !tpu__operand_same_view(&n->in[j], cw)) return false;
   }
   return true;
 }
@@ -433,7 +425,7 @@ static tpu_status_t partition(tpu_graph_t* g) {
       for (int r = k + 1; internal && r < m; ++r) {
         const tpu_node_t* rn = g->nodes[members[r]];
         for (int j = 0; j < rn->n_in; ++j)
-          if (rn->in[j].value == o->value && !views_equal(&rn->in[j], o)) internal = false;
+          if (rn->in[j].value == o->value && !tpu__operand_same_view(&rn->in[j], o)) internal = false;
       }
       /* A value read by a group member *before* its producer in the member order would
        * read memory, so it must be stored: members are in program order, so this holds. */

@@ -114,6 +114,15 @@ static inline char* tpu__operand_ptr(const tpu_operand_t* op) {
   return (char*)op->value->data + op->offset * (int64_t)tpu_dtype_size(op->dtype);
 }
 int64_t tpu__operand_numel(const tpu_operand_t* op);
+/* Same value, dtype, offset, sizes and strides (strides of size-1 dims ignored): element i
+ * of both operands is the same memory. */
+static inline bool tpu__operand_same_view(const tpu_operand_t* a, const tpu_operand_t* b) {
+  if (a->value != b->value || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
+    return false;
+  for (int d = 0; d < a->ndim; ++d)
+    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] != 1 && a->strides[d] != b->strides[d])) return false;
+  return true;
+}
 bool tpu__operand_is_contiguous(const tpu_operand_t* op);
 
 /* ---- execution */

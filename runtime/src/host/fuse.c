@@ -17,14 +17,6 @@ typedef struct src_s {
   int index;       /* external operand index or producer node index */
 } src_t;
 
-static bool same_view(const tpu_operand_t* a, const tpu_operand_t* b) {
-  if (a->value != b->value || a->dtype != b->dtype || a->ndim != b->ndim || a->offset != b->offset)
-    return false;
-  for (int d = 0; d < a->ndim; ++d)
-    if (a->sizes[d] != b->sizes[d] || (a->sizes[d] != 1 && a->strides[d] != b->strides[d])) return false;
-  return true;
-}
-
 bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* n) {
   (void)d;
   if (n->n_out != 1 || n->n_in > 8 || !tpu__elementwise_tile_fn(n)) return false;
@@ -158,7 +150,7 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
       if (op->is_scalar) { s->kind = 1; continue; }
       int p = -1;
       for (int q = i - 1; q >= 0 && p < 0; --q)
-        if (same_view(&nodes[q]->out[0], op)) p = q;
+        if (tpu__operand_same_view(&nodes[q]->out[0], op)) p = q;
       if (p >= 0) { s->kind = 2; s->index = p; continue; }
       if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
       s->kind = 0;
