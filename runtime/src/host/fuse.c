@@ -25,6 +25,21 @@ bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* n) {
   return true;
 }
 
+/* Tile buffers are reused across groups on each thread: a group of 64 ops needs a few
+ * MiB, and fresh pages for every group would cost more in page faults than the work. */
+static _Thread_local char* tls_scratch;
+static _Thread_local size_t tls_scratch_cap;
+
+static char* thread_scratch(size_t n) {
+  if (n > tls_scratch_cap) {
+    char* p = tpu__realloc(tls_scratch, n);
+    if (!p) return NULL;
+    tls_scratch = p;
+    tls_scratch_cap = n;
+  }
+  return tls_scratch;
+}
+
 typedef struct group_ctx_s {
   tpu_node_t* const* nodes;
   int k;
@@ -34,7 +49,12 @@ typedef struct group_ctx_s {
   const tpu_tile_fn* fns;
   const tpu_operand_t* const* ext;
   int n_ext;
-  const tpu_operand_t* shape_op;
+  /* The iteration space after coalescing: dims that are contiguous in every external
+   * operand are merged, so rows are as long as possible. strides[e][d]: element stride
+   * of external operand e in dim d (0 where it broadcasts). */
+  int nd;
+  int64_t shape[TPU_MAX_DIMS];
+  int64_t (*strides)[TPU_MAX_DIMS];
 } group_ctx_t;
 
 /* Rows [r0, r1) of the group's iteration space (one row = the last dimension), with
@@ -47,10 +67,10 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
   const src_t* src = c->src;
   const tpu_dtype_t* cdt = c->cdt;
   const tpu_operand_t* const* ext = c->ext;
-  int k = c->k, nd = c->shape_op->ndim;
-  const int64_t* shape = c->shape_op->sizes;
+  int k = c->k, nd = c->nd;
+  const int64_t* shape = c->shape;
   size_t per_node = (size_t)9 * TILE * 8;
-  char* scratch = tpu__malloc(per_node * (size_t)k + (size_t)TILE * 8);
+  char* scratch = thread_scratch(per_node * (size_t)k + (size_t)TILE * 8);
   if (!scratch) return TPU_HOST_NOMEM();
   char* round_buf = scratch + per_node * (size_t)k;
   for (int i = 0; i < k; ++i) /* constant tiles for scalar inputs */
@@ -70,12 +90,8 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
   for (int64_t r = r0; r < r1; ++r) {
     int64_t base[MAX_OPS];
     for (int e = 0; e < c->n_ext; ++e) {
-      const tpu_operand_t* op = ext[e];
-      int64_t off = op->offset;
-      for (int d = 0; d < nd - 1; ++d) {
-        int sd = d - (nd - op->ndim);
-        if (sd >= 0 && op->sizes[sd] != 1) off += idx[d] * op->strides[sd];
-      }
+      int64_t off = ext[e]->offset;
+      for (int d = 0; d < nd - 1; ++d) off += idx[d] * c->strides[e][d];
       base[e] = off;
     }
     for (int64_t t0 = 0; t0 < inner; t0 += TILE) {
@@ -95,8 +111,7 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
             continue;
           }
           const tpu_operand_t* op = ext[s->index];
-          int ld = op->ndim - 1;
-          int64_t st_ = ld >= 0 && op->sizes[ld] != 1 ? op->strides[ld] : 0;
+          int64_t st_ = nd ? c->strides[s->index][nd - 1] : 0;
           const char* p = (const char*)op->value->data +
                           (base[s->index] + t0 * st_) * (int64_t)tpu_dtype_size(op->dtype);
           if (op->dtype == cdt[i] && st_ == 1) ins[j] = p;
@@ -110,7 +125,7 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
         }
         if (c->out_ext[i] >= 0) {
           const tpu_operand_t* op = ext[c->out_ext[i]];
-          int64_t st_ = nd ? op->strides[nd - 1] : 0;
+          int64_t st_ = nd ? c->strides[c->out_ext[i]][nd - 1] : 0;
           char* p = (char*)op->value->data + (base[c->out_ext[i]] + t0 * st_) * (int64_t)tpu_dtype_size(od);
           tpu__convert_run(p, od, st_, nbuf, cdt[i], 1, len);
         }
@@ -121,7 +136,6 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
       idx[d] = 0;
     }
   }
-  tpu__free(scratch);
   return NULL;
 }
 
@@ -139,6 +153,7 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   tpu_dtype_t* cdt = tpu__malloc(sizeof(tpu_dtype_t) * (size_t)k);
   tpu_tile_fn* fns = tpu__malloc(sizeof(tpu_tile_fn) * (size_t)k);
   tpu_status_t st = NULL;
+  int64_t (*strides)[TPU_MAX_DIMS] = NULL;
   if (!src || !out_ext || !cdt || !fns) { st = TPU_HOST_NOMEM(); goto done; }
   for (int i = 0; i < k; ++i) {
     const tpu_node_t* n = nodes[i];
@@ -165,12 +180,35 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     }
   }
   if (numel == 0) goto done;
-  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, shape_op};
-  int64_t inner = nd ? shape_op->sizes[nd - 1] : 1;
-  int64_t rows = inner ? numel / inner : 0;
-  int64_t grain = inner >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / (inner ? inner : 1);
+  strides = tpu__malloc(sizeof(*strides) * (size_t)(n_ext ? n_ext : 1));
+  if (!strides) { st = TPU_HOST_NOMEM(); goto done; }
+  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, 0, {0}, strides};
+  /* Broadcast-align every operand's strides, drop size-1 dims, merge contiguous dims. */
+  for (int d = 0; d < nd; ++d) {
+    if (shape_op->sizes[d] == 1) continue;
+    int m = ctx.nd;
+    bool merge = m > 0;
+    for (int e = 0; e < n_ext; ++e) {
+      const tpu_operand_t* op = ext[e];
+      int sd = d - (nd - op->ndim);
+      strides[e][m] = sd >= 0 && op->sizes[sd] != 1 ? op->strides[sd] : 0;
+      if (merge && strides[e][m - 1] != strides[e][m] * shape_op->sizes[d]) merge = false;
+    }
+    if (merge) {
+      ctx.shape[m - 1] *= shape_op->sizes[d];
+      for (int e = 0; e < n_ext; ++e) strides[e][m - 1] = strides[e][m];
+    } else {
+      ctx.shape[m] = shape_op->sizes[d];
+      ctx.nd = m + 1;
+    }
+  }
+  if (ctx.nd == 0) { ctx.nd = 1; ctx.shape[0] = 1; for (int e = 0; e < n_ext; ++e) strides[e][0] = 0; }
+  int64_t inner = ctx.shape[ctx.nd - 1];
+  int64_t rows = numel / inner;
+  int64_t grain = inner >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / inner;
   st = tpu__parallel_for(rows, grain, group_rows, &ctx);
 done:
+  tpu__free(strides);
   tpu__free(src);
   tpu__free(out_ext);
   tpu__free(cdt);
