@@ -598,7 +598,10 @@ static int64_t avg_window(const tpu_node_t* n, const plane_t* p, int64_t oh, int
   return n->ia[8] ? pool : (he - hs) * (we - ws);
 }
 
-static tpu_status_t avgpool_kernel(tpu_node_t* n) {
+typedef int64_t (*window_fn)(const tpu_node_t* n, const plane_t* p, int64_t oh, int64_t ow,
+                            int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1);
+
+static tpu_status_t avgpool_fwd(tpu_node_t* n, window_fn window) {
   const tpu_operand_t* X = &n->in[0];
   plane_t p = planes(X, &n->out[0]);
   tpu_dtype_t cd = n->compute;
@@ -613,7 +616,7 @@ static tpu_status_t avgpool_kernel(tpu_node_t* n) {
     for (int64_t oh = 0; oh < p.OH; ++oh)
       for (int64_t ow = 0; ow < p.OW; ++ow) {
         int64_t h0, h1, w0, w1, o = (pl * p.OH + oh) * p.OW + ow;
-        int64_t div = avg_window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
+        int64_t div = window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
         if (h0 >= h1 || w0 >= w1) continue; /* stays 0 */
         if (cd == TPU_DTYPE_I64) {
           const int64_t* xp = (const int64_t*)x + pl * p.H * p.W;
@@ -635,7 +638,7 @@ done:
   return st;
 }
 
-static tpu_status_t avgpool_bwd_kernel(tpu_node_t* n) {
+static tpu_status_t avgpool_bwd(tpu_node_t* n, window_fn window) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
   plane_t p = planes(X, GO);
   tpu_dtype_t cd = n->compute;
@@ -649,7 +652,7 @@ static tpu_status_t avgpool_bwd_kernel(tpu_node_t* n) {
     for (int64_t oh = 0; oh < p.OH; ++oh)
       for (int64_t ow = 0; ow < p.OW; ++ow) {
         int64_t h0, h1, w0, w1, o = (pl * p.OH + oh) * p.OW + ow;
-        int64_t div = avg_window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
+        int64_t div = window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
         for (int64_t h = h0; h < h1; ++h)
           for (int64_t w = w0; w < w1; ++w) {
             int64_t t = pl * p.H * p.W + h * p.W + w;
@@ -664,67 +667,22 @@ done:
   return st;
 }
 
-static tpu_status_t adaptive_avgpool_kernel(tpu_node_t* n) {
-  const tpu_operand_t* X = &n->in[0];
-  plane_t p = planes(X, &n->out[0]);
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t no = p.P * p.OH * p.OW;
-  if (no == 0) return NULL;
-  void* x = tpu__pack_alloc(X, cd);
-  void* y = alloc_elems(no, csz);
-  tpu_status_t st = NULL;
-  if (!x || !y) { st = TPU_HOST_NOMEM(); goto done; }
-  for (int64_t pl = 0; pl < p.P; ++pl)
-    for (int64_t oh = 0; oh < p.OH; ++oh) {
-      int64_t h0 = oh * p.H / p.OH, h1 = ((oh + 1) * p.H + p.OH - 1) / p.OH;
-      for (int64_t ow = 0; ow < p.OW; ++ow) {
-        int64_t w0 = ow * p.W / p.OW, w1 = ((ow + 1) * p.W + p.OW - 1) / p.OW;
-        double s = 0;
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) s += ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
-        s /= (double)((h1 - h0) * (w1 - w0));
-        int64_t o = (pl * p.OH + oh) * p.OW + ow;
-        if (cd == TPU_DTYPE_F32) ((float*)y)[o] = (float)s;
-        else ((double*)y)[o] = s;
-      }
-    }
-  tpu__unpack(&n->out[0], y, cd);
-done:
-  tpu__free(x); tpu__free(y);
-  return st;
+/* Adaptive average pooling is average pooling with PyTorch's adaptive windows
+ * [floor(o*in/out), ceil((o+1)*in/out)), divided by the window's area. */
+static int64_t adaptive_window(const tpu_node_t* n, const plane_t* p, int64_t oh, int64_t ow,
+                               int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1) {
+  (void)n;
+  *h0 = oh * p->H / p->OH;
+  *h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;
+  *w0 = ow * p->W / p->OW;
+  *w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;
+  return (*h1 - *h0) * (*w1 - *w0);
 }
 
-static tpu_status_t adaptive_avgpool_bwd_kernel(tpu_node_t* n) {
-  const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
-  plane_t p = planes(X, GO);
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t no = p.P * p.OH * p.OW;
-  void* gi = alloc_elems(p.P * p.H * p.W, csz);
-  void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
-  tpu_status_t st = NULL;
-  if (!gi || (no && !go)) { st = TPU_HOST_NOMEM(); goto done; }
-  for (int64_t pl = 0; pl < p.P; ++pl)
-    for (int64_t oh = 0; oh < p.OH; ++oh) {
-      int64_t h0 = oh * p.H / p.OH, h1 = ((oh + 1) * p.H + p.OH - 1) / p.OH;
-      for (int64_t ow = 0; ow < p.OW; ++ow) {
-        int64_t w0 = ow * p.W / p.OW, w1 = ((ow + 1) * p.W + p.OW - 1) / p.OW;
-        int64_t o = (pl * p.OH + oh) * p.OW + ow;
-        double area = (double)((h1 - h0) * (w1 - w0));
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) {
-            int64_t t = pl * p.H * p.W + h * p.W + w;
-            if (cd == TPU_DTYPE_F32) ((float*)gi)[t] += ((float*)go)[o] / (float)area;
-            else ((double*)gi)[t] += ((double*)go)[o] / area;
-          }
-      }
-    }
-  tpu__unpack(&n->out[0], gi, cd);
-done:
-  tpu__free(gi); tpu__free(go);
-  return st;
-}
+static tpu_status_t avgpool_kernel(tpu_node_t* n) { return avgpool_fwd(n, avg_window); }
+static tpu_status_t avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_bwd(n, avg_window); }
+static tpu_status_t adaptive_avgpool_kernel(tpu_node_t* n) { return avgpool_fwd(n, adaptive_window); }
+static tpu_status_t adaptive_avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_bwd(n, adaptive_window); }
 
 void tpu__host_register_linalg(tpu_host_kernel_fn* table) {
   table[TPU_KIND_GEMM] = gemm_kernel;
