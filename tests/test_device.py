@@ -1,5 +1,6 @@
 """The tpu device as a PyTorch user sees it: registration, device module, copies,
 serialization, generators, memory statistics and errors."""
+import copy
 import io
 import os
 import subprocess
@@ -181,3 +182,30 @@ def test_fallback_counted_and_refusable():
         torchtpu.set_fallback("warn")
     with pytest.raises(ValueError):
         torchtpu.set_fallback("sometimes")
+
+
+def test_module_to_keeps_tied_parameters_tied():
+    """Module.to("tpu") moves a Parameter in place (same object), so weights tied on the
+    CPU stay tied and their gradient is the sum over both uses, as on CPU."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    ref[1].weight = ref[0].weight
+    m = copy.deepcopy(ref)
+    shared = m[0].weight
+    m.to("tpu")
+    assert m[0].weight is shared and m[1].weight is shared
+    assert shared.device.type == "tpu" and len(list(m.parameters())) == 1
+    idx = torch.tensor([1, 2, 3])
+    ref(idx).square().sum().backward()
+    m(idx.to("tpu")).square().sum().backward()
+    torch.testing.assert_close(shared.grad.cpu(), ref[0].weight.grad)
+    m.cpu()
+    assert m[0].weight is shared and shared.device.type == "cpu"
+
+
+def test_param_data_assignment_across_devices():
+    w = torch.nn.Parameter(torch.zeros(3))
+    w.data = torch.ones(3, device="tpu")
+    assert w.device.type == "tpu" and w.requires_grad and w.sum().item() == 3
+    w.data = torch.zeros(2)
+    assert w.device.type == "cpu" and w.shape == (2,)

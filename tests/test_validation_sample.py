@@ -20,13 +20,7 @@ pytest.importorskip("timm")
 from torchtpu import validate  # noqa: E402
 from torchtpu._validate import runner  # noqa: E402
 
-_UNTIED = ("Module.to('tpu') unties shared parameters: torch's _apply keeps a Parameter only when "
-           "torch._has_compatible_shallow_copy_type(cpu, tpu) is true, and c10 counts only "
-           "CPU/CUDA/HIP/XPU/MPS/HPU as dense (not PrivateUse1), so tied embeddings become two "
-           "parameters and the gradient of the shared weight differs")
 XFAIL = {
-    "hf/gpt2/GPT2LMHeadModel": _UNTIED + " (train step)",
-    "hf/t5/T5ForConditionalGeneration": _UNTIED + " (train step)",
     "hf/mixtral/MixtralForCausalLM": "aten::histc on int32 (transformers' grouped-MoE path): "
                                      "no native kernel, and the CPU fallback has no int histc",
     "hf/wav2vec2/Wav2Vec2ForCTC": "aten::_weight_norm_interface runs on the CPU fallback",

@@ -410,6 +410,18 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   return static_cast<int64_t>(native ? at::SDPBackend::overrideable : at::SDPBackend::math);
 }
 
+// `param.data = t` and Module.to() ask whether a tensor's metadata may be swapped in
+// place; c10 answers yes only for its own dense backends and leaves PrivateUse1 to the
+// backend. Dense strided tpu and CPU tensors are interchangeable this way, which keeps
+// tied parameters tied across Module.to("tpu") (otherwise every module gets its own copy).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    auto d = t.device().type();
+    return t.layout() == at::kStrided && (d == kTpu || d == at::kCPU);
+  };
+  return dense(self) && dense(from);
+}
+
 }  // namespace
 
 std::vector<std::string> g_native, g_skipped;
@@ -431,6 +443,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {
