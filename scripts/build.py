@@ -2,7 +2,9 @@
 registers the package (with its torch.backends entry point) in the active venv.
 Serialized with a lock file so concurrent invocations don't trample each other."""
 import fcntl
+import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -31,8 +33,8 @@ def main():
         try:
             import importlib.metadata as md
             dist = md.distribution("torchtpu")
-            direct = dist.read_text("direct_url.json") or ""
-            registered = ROOT in direct
+            direct = json.loads(dist.read_text("direct_url.json") or "{}")
+            registered = direct.get("url") == pathlib.Path(ROOT).as_uri()
         except Exception:
             registered = False
         if not registered:
