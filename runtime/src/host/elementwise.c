@@ -4,6 +4,15 @@
 #include <tgmath.h>
 
 #include "host/host.h"
+#include "host/vmath.h"
+
+/* float tiles are compiled for AVX-512, AVX2+FMA and the baseline; the loader picks one
+ * per function from cpuid (GCC function multiversioning, an ifunc per function). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define TPU_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TPU_ISA_CLONES
+#endif
 
 /* Integer division by zero found inside a tile is raised with tpu__tile_fault() (tile
  * functions cannot return a status; tiles may run on pool threads) and turned into the
@@ -23,7 +32,7 @@
 
 /* name_f32 / name_f64 from one floating expression; name_i64 from an integer one. */
 #define TILE_F(name, AR, EXPR)                                                            \
-  static void name##_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
+  TPU_ISA_CLONES static void name##_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
     typedef float T; TILE_BODY(float, da, LOAD##AR, EXPR)                                \
   }                                                                                       \
   static void name##_f64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
@@ -119,7 +128,9 @@ static double erfinv_d(double y) {
   return x;
 }
 
-#define SIGMOID(a) ((T)1 / ((T)1 + exp(-(a))))
+#define SIGMOID(a) ((T)1 / ((T)1 + TPU_VEXP(-(a))))
+static inline double one_plus_erf_d(double x) { return 1.0 + erf(x); }
+#define ONE_PLUS_ERF(x) _Generic((x), float: tpu__vone_plus_erff, default: one_plus_erf_d)(x)
 #define RND(a) nearbyint(a)
 #define M_SQRT1_2_T ((T)0.70710678118654752440)
 #define GELU_BETA ((T)0.79788456080286535588) /* sqrt(2/pi) */
@@ -139,7 +150,7 @@ TILE_FI(le, 2, a <= b, a <= b)
 TILE_FI(gt, 2, a > b, a > b)
 TILE_FI(ge, 2, a >= b, a >= b)
 TILE_FI(neg, 1, -a, USUB(0, a))
-TILE_F(exp, 1, exp(a))
+TILE_F(exp, 1, TPU_VEXP(a))
 TILE_FI(fill, 1, a, a)
 TILE_FI(where, 3, a != 0 ? b : c, a != 0 ? b : c)
 
@@ -156,10 +167,10 @@ TILE_F(expm1, 1, expm1(a))
 TILE_F(sin, 1, sin(a))
 TILE_F(cos, 1, cos(a))
 TILE_F(tan, 1, tan(a))
-TILE_F(tanh, 1, tanh(a))
+TILE_F(tanh, 1, TPU_VTANH(a))
 TILE_F(sigmoid, 1, SIGMOID(a))
 TILE_FI(relu, 1, a > 0 ? a : (a != a ? a : 0), a > 0 ? a : 0)
-TILE_F(erf, 1, erf(a))
+TILE_F(erf, 1, TPU_VERF(a))
 TILE_F(erfinv, 1, (T)erfinv_d((double)a))
 TILE_F(reciprocal, 1, (T)1 / a)
 TILE_FI(floor, 1, floor(a), a)
@@ -185,9 +196,9 @@ TILE_FI(isposinf, 1, a == (T)INFINITY, 0)
 TILE_FI(isneginf, 1, a == -(T)INFINITY, 0)
 TILE_FI(signbit, 1, signbit(a) != 0, a < 0)
 TILE_FI(nan_to_num, 1, a != a ? p0 : a == (T)INFINITY ? p1 : a == -(T)INFINITY ? p2 : a, a)
-TILE_F(gelu, 1, a * (T)0.5 * ((T)1 + erf(a * M_SQRT1_2_T)))
-TILE_F(gelu_tanh, 1, (T)0.5 * a * ((T)1 + tanh(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
-TILE_F(silu, 1, a / ((T)1 + exp(-a)))
+TILE_F(gelu, 1, a * (T)0.5 * ONE_PLUS_ERF(a * M_SQRT1_2_T))
+TILE_F(gelu_tanh, 1, (T)0.5 * a * ((T)1 + TPU_VTANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
+TILE_F(silu, 1, a / ((T)1 + TPU_VEXP(-a)))
 #define CLAMP2(x, lo, hi) ((x) < (lo) ? (lo) : (x)) > (hi) ? (hi) : ((x) < (lo) ? (lo) : (x))
 TILE_FI(hardtanh, 1, (CLAMP2(a, p0, p1)), (CLAMP2(a, p0, p1)))
 TILE_F(leaky_relu, 1, a > 0 ? a : a * p0)
@@ -256,11 +267,11 @@ static void clamp_i64(int64_t n, void* o, const void* const* in, const tpu_node_
 
 /* ---- activation backward: a = grad_output, b = self (or result) ----------------------- */
 TILE_FI(threshold_bw, 2, b <= p0 ? (T)0 : a, b <= p0 ? 0 : a)
-TILE_F(gelu_bw, 2, a * ((T)0.5 * ((T)1 + erf(b * M_SQRT1_2_T)) + b * INV_SQRT_2PI * exp((T)-0.5 * b * b)))
+TILE_F(gelu_bw, 2, a * ((T)0.5 * ONE_PLUS_ERF(b * M_SQRT1_2_T) + b * INV_SQRT_2PI * TPU_VEXP((T)-0.5 * b * b)))
 TILE_F(gelu_tanh_bw, 2,
-       a * ((T)0.5 * ((T)1 + tanh(GELU_BETA * (b + GELU_KAPPA * b * b * b))) +
-            (T)0.5 * b * ((T)1 - tanh(GELU_BETA * (b + GELU_KAPPA * b * b * b)) *
-                                     tanh(GELU_BETA * (b + GELU_KAPPA * b * b * b))) *
+       a * ((T)0.5 * ((T)1 + TPU_VTANH(GELU_BETA * (b + GELU_KAPPA * b * b * b))) +
+            (T)0.5 * b * ((T)1 - TPU_VTANH(GELU_BETA * (b + GELU_KAPPA * b * b * b)) *
+                                     TPU_VTANH(GELU_BETA * (b + GELU_KAPPA * b * b * b))) *
                 GELU_BETA * ((T)1 + (T)3 * GELU_KAPPA * b * b)))
 TILE_F(silu_bw, 2, a * SIGMOID(b) * ((T)1 + b * ((T)1 - SIGMOID(b))))
 TILE_F(sigmoid_bw, 2, a * ((T)1 - b) * b)

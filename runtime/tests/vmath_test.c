@@ -1,0 +1,55 @@
+/* The vectorizable float32 transcendentals of host/vmath.h against double libm: error
+ * in float32 ulps over dense sweeps of their whole domains, and the special values. */
+#include <float.h>
+#include <math.h>
+
+#include "check.h"
+#include "host/vmath.h"
+
+/* Error of got against the exact value, in ulps of the exact value (float spacing). */
+static double ulps(float got, double exact) {
+  if (exact == 0) return got == 0 ? 0 : INFINITY;
+  double ulp = ldexp(1.0, ilogb(exact) - 23);
+  if (fabs(exact) < FLT_MIN) ulp = ldexp(1.0, -149);
+  return fabs((double)got - exact) / ulp;
+}
+
+static double one_plus_erf(double x) { return x < 0 ? erfc(-x) : 1.0 + erf(x); }
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static double worst(float (*f)(float), double (*ref)(double), float lo, float hi) {
+  double w = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    float x = lo + (hi - lo) * (float)i / 2000000.0f;
+    double e = ref((double)x);
+    if (!isfinite(e) || fabs(e) > FLT_MAX) continue;
+    double u = ulps(f(x), e);
+    if (u > w) w = u;
+  }
+  return w;
+}
+
+int main(void) {
+  double w;
+  CHECK((w = worst(tpu__vexpf, exp, -103.9f, 88.7f)) <= 2); printf("exp    %.2f ulp\n", w);
+  CHECK((w = worst(tpu__vtanhf, tanh, -12.0f, 12.0f)) <= 3); printf("tanh   %.2f ulp\n", w);
+  CHECK((w = worst(tpu__verff, erf, -6.0f, 6.0f)) <= 3); printf("erf    %.2f ulp\n", w);
+  CHECK((w = worst(tpu__vsigmoidf, sigmoid, -80.0f, 80.0f)) <= 3); printf("sigmoid %.2f ulp\n", w);
+  /* 1 + erf keeps relative accuracy in the negative tail (no cancellation); e^{-x^2} uses
+   * x^2 rounded to float, so the error grows like x^2 / 2 ulp far out. */
+  CHECK((w = worst(tpu__vone_plus_erff, one_plus_erf, -3.0f, 6.0f)) <= 12); printf("1+erf  %.2f ulp\n", w);
+  CHECK((w = worst(tpu__vone_plus_erff, one_plus_erf, -10.0f, -3.0f)) <= 80); printf("1+erf  %.2f ulp (x < -3)\n", w);
+  /* near zero: relative accuracy, not just absolute */
+  CHECK(worst(tpu__verff, erf, -1e-3f, 1e-3f) <= 3); /* 2/sqrt(pi) itself is 0.5 ulp off in float */
+  CHECK(worst(tpu__vtanhf, tanh, -1e-3f, 1e-3f) <= 2);
+  /* special values */
+  CHECK(tpu__vexpf(INFINITY) == INFINITY && tpu__vexpf(-INFINITY) == 0 && isnan(tpu__vexpf(NAN)));
+  CHECK(tpu__vexpf(89.0f) == INFINITY && tpu__vexpf(-105.0f) == 0 && tpu__vexpf(0) == 1);
+  CHECK(tpu__vexpf(-100.0f) > 0 && tpu__vexpf(-100.0f) < FLT_MIN); /* subnormal results */
+  CHECK(tpu__vtanhf(INFINITY) == 1 && tpu__vtanhf(-INFINITY) == -1 && isnan(tpu__vtanhf(NAN)));
+  CHECK(tpu__verff(INFINITY) == 1 && tpu__verff(-INFINITY) == -1 && isnan(tpu__verff(NAN)));
+  CHECK(tpu__vsigmoidf(-INFINITY) == 0 && tpu__vsigmoidf(INFINITY) == 1 && isnan(tpu__vsigmoidf(NAN)));
+  CHECK(tpu__vone_plus_erff(-INFINITY) == 0 && tpu__vone_plus_erff(INFINITY) == 2);
+  CHECK(signbit(tpu__verff(-0.0f)) && signbit(tpu__vtanhf(-0.0f)));
+  TEST_MAIN_END();
+}
