@@ -7,7 +7,12 @@
  * memory, exactly as a CUDA stream does after a kernel fault. TPU_LAUNCH_BLOCKING=1
  * makes submit wait for the node, so the error surfaces at the op that caused it; debug
  * mode does the same and checks each node's outputs. defer_and_fuse does not queue
- * single nodes: core/graph.c queues whole cut graphs as one GRAPH item. */
+ * single nodes: core/graph.c queues whole cut graphs as one GRAPH item.
+ *
+ * Run-ahead is bounded (TORCHTPU_QUEUE_DEPTH items, default 32): a value's memory returns
+ * to the pool only when the last queued op using it has run, so a host thread that ran
+ * arbitrarily far ahead would hold every intermediate of the run-ahead alive at once
+ * (and touch fresh pages for each). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +36,7 @@ typedef struct queue_s {
 static queue_t queues[MAX_DEVICES];
 static pthread_once_t queues_once = PTHREAD_ONCE_INIT;
 static bool launch_blocking;
+static uint64_t max_depth = 32;
 
 static void init_queues(void) {
   for (int i = 0; i < MAX_DEVICES; ++i) {
@@ -41,6 +47,12 @@ static void init_queues(void) {
   }
   const char* e = getenv("TPU_LAUNCH_BLOCKING");
   launch_blocking = e && *e && *e != '0';
+  const char* d = getenv("TORCHTPU_QUEUE_DEPTH");
+  if (d && *d) {
+    char* end;
+    unsigned long long v = strtoull(d, &end, 10);
+    if (end != d && v > 0) max_depth = v;
+  }
 }
 
 _Atomic int tpu__eager_mode = TPU_EAGER_STRICT;
@@ -121,6 +133,8 @@ tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) {
     pthread_mutex_unlock(&q->mu);
     return err;
   }
+  if (!pthread_equal(pthread_self(), q->thread))
+    while (q->submitted - q->completed > max_depth) pthread_cond_wait(&q->cv_done, &q->mu);
   pthread_mutex_unlock(&q->mu);
   return NULL;
 }
