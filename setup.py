@@ -19,6 +19,7 @@ if os.environ.get("TORCHTPU_METADATA_ONLY") != "1":
                      for f in ("device.cpp", "ops.cpp", "module.cpp", "site.cpp")],
             include_dirs=[os.path.join(RUNTIME, "include")],
             extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
+            depends=[os.path.join(RUNTIME, "build", "libtpurt.a")],  # relink when it changes
             library_dirs=[BLAS_LIB],
             libraries=["scipy_openblas"],
             extra_link_args=[f"-Wl,-rpath,{BLAS_LIB}"],

@@ -17,20 +17,29 @@ static void init_kernels(void) {
 #undef TPU__REG
 }
 
-static int host_device_count(tpu_driver_t* d) {
-  (void)d;
+/* Read once: every storage creation asks, and getenv walks the whole environment. */
+static int device_count = 1;
+static pthread_once_t device_count_once = PTHREAD_ONCE_INIT;
+
+static void read_device_count(void) {
   const char* e = getenv("TORCHTPU_NUM_DEVICES");
   if (e && *e) {
     int n = atoi(e);
-    return n > 0 && n <= 64 ? n : 1;
+    device_count = n > 0 && n <= 64 ? n : 1;
+    return;
   }
   e = getenv("TPU_VISIBLE_DEVICES");
   if (e && *e) {
     int n = 1;
     for (const char* p = e; *p; ++p) n += *p == ',';
-    return n <= 64 ? n : 64;
+    device_count = n <= 64 ? n : 64;
   }
-  return 1;
+}
+
+static int host_device_count(tpu_driver_t* d) {
+  (void)d;
+  pthread_once(&device_count_once, read_device_count);
+  return device_count;
 }
 
 static tpu_status_t host_props(tpu_driver_t* d, int device, tpu_device_props_t* out) {
