@@ -1,5 +1,6 @@
-"""nn family on tpu against PyTorch's CPU results: layer norm, embedding, nll loss,
-fused attention and the pointwise losses, in their functional, out= and backward forms.
+"""nn and norm families on tpu against PyTorch's CPU results: layer norm, embedding, nll
+loss, fused attention, the pointwise losses, weight norm, group norm, reflection and
+replication padding, im2col/col2im, in their functional, out= and backward forms.
 
 Every comparison runs the same call on CPU and on tpu; the native kernels must not go
 through the CPU fallback (checked with torchtpu.fallback_report())."""
@@ -486,3 +487,416 @@ def test_pointwise_loss_errors():
         A.binary_cross_entropy(tpu(x), tpu(x.double()))
     with pytest.raises(NotImplementedError):
         A.mse_loss(tpu(torch.ones(3, dtype=torch.long)), tpu(torch.ones(3, dtype=torch.long)))
+
+
+# ---- weight norm ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_interface(dtype, dim):
+    torch.manual_seed(20)
+    v = torch.randn(4, 3, 5).to(dtype)
+    g = torch.randn((4, 1, 1) if dim == 0 else (1, 1, 5)).to(dtype)
+    with native("_weight_norm_interface"):
+        got = A._weight_norm_interface(*tpu(v, g), dim)
+    exp = A._weight_norm_interface(v, g, dim)
+    assert got[1].dtype == (torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype)
+    for a, e in zip(got, exp):
+        close(a, e, scale=2)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [0, 2])
+def test_weight_norm_backward(dtype, dim):
+    """torch._weight_norm routes to the fused op for the first and last dim; its autograd
+    node calls _weight_norm_interface_backward."""
+    torch.manual_seed(21)
+    v = torch.randn(6, 2, 7).to(dtype).requires_grad_()
+    g = torch.randn((6, 1, 1) if dim == 0 else (1, 1, 7)).to(dtype).requires_grad_()
+    fn = lambda v, g: torch._weight_norm(v, g, dim)
+    oc, gc = grads(fn, (v, g))
+    with native("_weight_norm_interface", "_weight_norm_interface_backward"):
+        ot, gt = grads(fn, tpu(v, g))
+    close(ot, oc.detach(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=4)
+
+
+def test_weight_norm_out_forms_and_middle_dim():
+    torch.manual_seed(22)
+    v, g = torch.randn(3, 4, 5), torch.randn(1, 4, 1)
+    # the tpu kernel takes any dim (ATen's fused CPU kernel only the first and last):
+    # compare with the composite formula
+    with native("_weight_norm_interface"):
+        w, norms = A._weight_norm_interface(*tpu(v, g), 1)
+    ref_norms = A.norm_except_dim(v, 2, 1)
+    close(norms, ref_norms)
+    close(w, v * (g / ref_norms))
+    v0, g0 = torch.randn(4, 3), torch.randn(4, 1)
+    outs = [torch.empty(0, device=DEV) for _ in range(2)]
+    with native("_weight_norm_interface"):
+        r = A._weight_norm_interface.out(*tpu(v0, g0), 0, out0=outs[0], out1=outs[1])
+    assert r[0] is outs[0] and r[1] is outs[1]
+    w0, n0 = A._weight_norm_interface(v0, g0, 0)
+    close(outs[0], w0)
+    close(outs[1], n0)
+    gw = torch.randn(4, 3)
+    outs = [torch.empty(0, device=DEV) for _ in range(2)]
+    with native("_weight_norm_interface_backward"):
+        A._weight_norm_interface_backward.out(*tpu(gw, v0, g0, n0), 0, out0=outs[0], out1=outs[1])
+    for a, e in zip(outs, A._weight_norm_interface_backward(gw, v0, g0, n0, 0)):
+        close(a, e)
+
+
+def test_weight_norm_parametrization_conv1d():
+    """wav2vec2's positional convolution: weight_norm over dim 2 of a Conv1d weight."""
+    torch.manual_seed(23)
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(8, 8, 5, padding=2, groups=2), dim=2)
+    x = torch.randn(2, 8, 11)
+    yc = conv(x)
+    yc.sum().backward()
+    gc = [p.grad.clone() for p in conv.parameters()]
+    conv.zero_grad()
+    ct = conv.to(DEV)
+    with native("_weight_norm_interface", "_weight_norm_interface_backward"):
+        yt = ct(tpu(x))
+        yt.sum().backward()
+    close(yt.detach(), yc.detach(), scale=2)
+    for p, e in zip(ct.parameters(), gc):
+        close(p.grad, e, scale=4)
+
+
+def test_weight_norm_errors():
+    v, g = torch.randn(3, 4), torch.randn(3, 1)
+    with pytest.raises(NotImplementedError):
+        A._weight_norm_interface(tpu(v.long()), tpu(g.long()), 0)
+    with pytest.raises(RuntimeError, match="expected scalar type"):
+        A._weight_norm_interface(tpu(v), tpu(g.double()), 0)
+    with pytest.raises(RuntimeError):
+        A._weight_norm_interface(tpu(v), tpu(torch.randn(4, 1)), 0)
+    with pytest.raises(RuntimeError):
+        A._weight_norm_interface(tpu(v), tpu(g), 2)
+    _, n = A._weight_norm_interface(v, g, 0)
+    with pytest.raises(RuntimeError):
+        A._weight_norm_interface_backward(tpu(torch.randn(4, 3)), *tpu(v, g, n), 0)
+
+
+# ---- group norm -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("affine", [True, False])
+def test_native_group_norm(dtype, affine):
+    torch.manual_seed(24)
+    x = (torch.randn(3, 6, 4, 5) * 2 + 1).to(dtype)
+    w = torch.randn(6).to(dtype) if affine else None
+    b = torch.randn(6).to(dtype) if affine else None
+    with native("native_group_norm"):
+        got = A.native_group_norm(tpu(x), tpu(w), tpu(b), 3, 6, 20, 3, 1e-5)
+    exp = A.native_group_norm(x, w, b, 3, 6, 20, 3, 1e-5)
+    for a, e in zip(got, exp):
+        close(a, e, scale=2)
+
+
+def test_native_group_norm_mixed_and_out():
+    torch.manual_seed(25)
+    x = torch.randn(2, 4, 9).to(torch.bfloat16)
+    w, b = torch.randn(4), torch.randn(4)
+    with native("native_group_norm"):
+        got = A.native_group_norm(tpu(x), *tpu(w, b), 2, 4, 9, 2, 1e-5)
+    exp = A.native_group_norm(x, w, b, 2, 4, 9, 2, 1e-5)
+    assert got[1].dtype == torch.float32 and got[2].dtype == torch.float32
+    for a, e in zip(got, exp):
+        close(a, e, scale=2)
+    outs = [torch.empty(0, device=DEV, dtype=d) for d in (torch.bfloat16, torch.float32, torch.float32)]
+    with native("native_group_norm"):
+        r = A.native_group_norm.out(tpu(x), *tpu(w, b), 2, 4, 9, 2, 1e-5, out0=outs[0], out1=outs[1], out2=outs[2])
+    assert r[0] is outs[0]
+    for a, e in zip(outs, exp):
+        close(a, e, scale=2)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "transposed", "sliced"])
+def test_group_norm_strided_inputs(layout):
+    """F.group_norm on non-contiguous input; the composite path used to fail with 'view size
+    is not compatible' (timm poolformerv2 feeds channels-last activations)."""
+    torch.manual_seed(26)
+    base = torch.randn(2, 6, 5, 7)
+    if layout == "channels_last":
+        x = base.to(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        x = base.transpose(2, 3)
+    else:
+        x = torch.randn(2, 12, 5, 7)[:, ::2]
+    x.requires_grad_()
+    w, b = torch.randn(6, requires_grad=True), torch.randn(6, requires_grad=True)
+    fn = lambda x, w, b: F.group_norm(x, 2, w, b)
+    oc, gc = grads(fn, (x, w, b))
+    xt = x.detach().to(DEV)
+    if layout == "channels_last":
+        assert xt.is_contiguous(memory_format=torch.channels_last)
+    with native("native_group_norm", "native_group_norm_backward"):
+        ot, gt = grads(fn, (xt.requires_grad_(), *tpu(w, b)))
+    close(ot, oc.detach(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_group_norm_backward(dtype):
+    torch.manual_seed(27)
+    x = torch.randn(4, 6, 10).to(dtype).requires_grad_()
+    w = torch.randn(6).to(dtype).requires_grad_()
+    b = torch.randn(6).to(dtype).requires_grad_()
+    fn = lambda x, w, b: F.group_norm(x, 3, w, b)
+    oc, gc = grads(fn, (x, w, b))
+    with native("native_group_norm", "native_group_norm_backward"):
+        ot, gt = grads(fn, tpu(x, w, b))
+    close(ot, oc.detach(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=4)
+
+
+def test_group_norm_backward_output_mask_out_and_empty():
+    torch.manual_seed(28)
+    x, dy, w = torch.randn(3, 4, 5), torch.randn(3, 4, 5), torch.randn(4)
+    _, mean, rstd = A.native_group_norm(x, w, None, 3, 4, 5, 2, 1e-5)
+    for mask in ([True, False, False], [False, True, True], [True, True, False]):
+        exp = A.native_group_norm_backward(dy, x, mean, rstd, w, 3, 4, 5, 2, mask)
+        with native("native_group_norm_backward"):
+            got = A.native_group_norm_backward(*tpu(dy, x, mean, rstd, w), 3, 4, 5, 2, mask)
+        for a, e, m in zip(got, exp, mask):
+            assert (a is None) == (not m)
+            close(a, e)
+    # no weight: grad_weight/grad_bias take the input's dtype and shape (C,)
+    exp = A.native_group_norm_backward(dy, x, mean, rstd, None, 3, 4, 5, 2, [True, True, True])
+    outs = [torch.empty(0, device=DEV) for _ in range(3)]
+    with native("native_group_norm_backward"):
+        A.native_group_norm_backward.out(*tpu(dy, x, mean, rstd), None, 3, 4, 5, 2, [True, True, True],
+                                         out0=outs[0], out1=outs[1], out2=outs[2])
+    for a, e in zip(outs, exp):
+        close(a, e)
+    # an empty input: zero means, NaN rstd, zero parameter gradients
+    xe = torch.randn(0, 4, 5)
+    with native("native_group_norm"):
+        got = A.native_group_norm(tpu(xe), tpu(w), None, 0, 4, 5, 2, 1e-5)
+    for a, e in zip(got, A.native_group_norm(xe, w, None, 0, 4, 5, 2, 1e-5)):
+        close(a, e)
+    xe = torch.randn(2, 4, 0)
+    with pytest.raises(RuntimeError, match="HxW"):  # as on CPU, the forward refuses HxW = 0
+        A.native_group_norm(tpu(xe), tpu(w), None, 2, 4, 0, 2, 1e-5)
+    me, re = torch.zeros(2, 2), torch.zeros(2, 2)
+    with native("native_group_norm_backward"):
+        got = A.native_group_norm_backward(*tpu(xe, xe, me, re, w), 2, 4, 0, 2, [True, True, True])
+    for a, e in zip(got, A.native_group_norm_backward(xe, xe, me, re, w, 2, 4, 0, 2, [True, True, True])):
+        close(a, e)
+
+
+def test_group_norm_errors():
+    x = torch.randn(2, 6, 4)
+    cases = [
+        (x, None, None, 2, 6, 4, 4),              # 6 channels in 4 groups
+        (x, None, None, 2, 6, 4, 0),              # no groups
+        (x, torch.ones(5), None, 2, 6, 4, 3),     # weight of the wrong size
+        (x, torch.ones(6, dtype=torch.float64), None, 2, 6, 4, 3),  # mixed dtype, float input
+        (x, None, None, 2, 6, 5, 3),              # numel != N * C * HxW
+    ]
+    for xx, w, b, n, c, hw, grp in cases:
+        with pytest.raises(RuntimeError) as ec:
+            A.native_group_norm(xx, w, b, n, c, hw, grp, 1e-5)
+        with pytest.raises(RuntimeError) as et:
+            A.native_group_norm(tpu(xx), tpu(w), tpu(b), n, c, hw, grp, 1e-5)
+        assert type(et.value) is type(ec.value)
+    with pytest.raises(NotImplementedError):
+        A.native_group_norm(tpu(x.long()), None, None, 2, 6, 4, 3, 1e-5)
+    _, m, r = A.native_group_norm(x, None, None, 2, 6, 4, 3, 1e-5)
+    with pytest.raises(RuntimeError, match="X and dY"):
+        A.native_group_norm_backward(*tpu(x.double(), x, m, r), None, 2, 6, 4, 3, [True, True, True])
+
+
+# ---- reflection / replication padding ---------------------------------------------------
+
+PADS = {1: [2, -1], 2: [1, 3, -1, 2], 3: [0, 2, 1, -1, 2, 1]}
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_edge_pad(mode, k, batched, dtype):
+    torch.manual_seed(29)
+    shape = ([2] if batched else []) + [3] + [4, 5, 6][3 - k:]
+    x = torch.randn(shape).to(dtype).requires_grad_()
+    fn = lambda x: F.pad(x, PADS[k], mode=mode)
+    name = f"{'reflection' if mode == 'reflect' else 'replication'}_pad{k}d"
+    oc, (gc,) = grads(fn, (x,))
+    with native(name, name + "_backward"):
+        ot, (gt,) = grads(fn, (tpu(x),))
+    assert torch.equal(ot.detach().cpu(), oc.detach())  # pure data movement
+    # the backward adds in the gradient's dtype, in ATen's order: equal, not just close
+    assert torch.equal(gt.cpu(), gc), (gt.cpu() - gc).abs().max()
+
+
+@pytest.mark.parametrize("op", ["reflection_pad2d", "replication_pad3d", "replication_pad1d"])
+def test_edge_pad_ints_noncontiguous_and_out(op):
+    torch.manual_seed(30)
+    k = int(op[-2])
+    x = torch.randint(-50, 50, (2, 3, 6, 7, 8)[3 - k:]).transpose(-1, -2)  # non-contiguous
+    pad = [1, 2, 2, 1, 1, 1][:2 * k]
+    f = getattr(A, op)
+    with native(op):
+        got = f(tpu(x), pad)
+    close(got, f(x, pad))
+    out = torch.empty(0, dtype=x.dtype, device=DEV)
+    with native(op):
+        r = f.out(tpu(x), pad, out=out)
+    assert r is out
+    close(out, f(x, pad))
+    xf = x.float()
+    g = torch.randn(f(xf, pad).shape)
+    gi = torch.empty(0, device=DEV)
+    bw = getattr(A, op + "_backward")
+    with native(op + "_backward"):
+        bw.grad_input(*tpu(g, xf), pad, grad_input=gi)
+    close(gi, bw(g, xf, pad))
+
+
+def test_edge_pad_channels_last_and_empty_batch():
+    torch.manual_seed(31)
+    x = torch.randn(2, 3, 5, 4).to(memory_format=torch.channels_last).requires_grad_()
+    for mode in ("reflect", "replicate"):
+        fn = lambda x: F.pad(x, [2, 1, 1, 3], mode=mode)
+        oc, (gc,) = grads(fn, (x,))
+        ot, (gt,) = grads(fn, (tpu(x),))
+        close(ot, oc.detach())
+        close(gt, gc)
+    xe = torch.randn(0, 3, 4)
+    for op in (A.reflection_pad1d, A.replication_pad1d):
+        close(op(tpu(xe), [1, 2]), op(xe, [1, 2]))
+
+
+def test_edge_pad_errors():
+    x = torch.randn(2, 3, 4)
+    cases = [
+        (A.reflection_pad1d, x, [4, 1]),          # padding >= input size
+        (A.reflection_pad1d, x, [1, 4]),
+        (A.reflection_pad2d, x, [1, 1, 3, 0]),    # height 3, padding 3
+        (A.reflection_pad1d, x, [1, 1, 1]),       # wrong padding length
+        (A.replication_pad2d, x, [1, 1]),
+        (A.reflection_pad1d, torch.randn(2, 2, 3, 4), [1, 1]),  # 4-D input to a 1-D pad
+        (A.replication_pad1d, torch.randn(4), [1, 1]),
+        (A.replication_pad1d, torch.randn(3, 0, 4), [1, 1]),   # empty non-batch dim
+        (A.replication_pad2d, x, [-2, -2, 0, 0]),  # output width 0
+        (A.replication_pad1d, x, [-2, -2]),
+    ]
+    for op, xx, pad in cases:
+        with pytest.raises(RuntimeError) as ec:
+            op(xx, pad)
+        with pytest.raises(RuntimeError) as et:
+            op(tpu(xx), pad)
+        assert type(et.value) is type(ec.value), (op, pad)
+    with pytest.raises(NotImplementedError):
+        A.reflection_pad1d(tpu(x > 0), [1, 1])
+    with pytest.raises(NotImplementedError):
+        A.replication_pad1d_backward(*tpu(torch.ones(2, 3, 6, dtype=torch.long), x.long()), [1, 1])
+    with pytest.raises(RuntimeError, match="expected scalar type"):
+        A.reflection_pad1d_backward(*tpu(torch.ones(2, 3, 6, dtype=torch.float64), x), [1, 1])
+    with pytest.raises(RuntimeError, match="width unexpected"):
+        A.reflection_pad1d_backward(*tpu(torch.ones(2, 3, 5), x), [1, 1])
+    with pytest.raises(RuntimeError, match="height unexpected"):
+        A.replication_pad2d_backward(*tpu(torch.ones(2, 4, 6), x), [1, 1, 1, 1])
+
+
+# ---- im2col / col2im --------------------------------------------------------------------
+
+WINDOWS = [  # kernel_size, dilation, padding, stride
+    ((2, 3), (1, 1), (0, 0), (1, 1)),
+    ((3, 2), (2, 1), (1, 2), (2, 1)),
+    ((1, 1), (1, 1), (0, 0), (3, 2)),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("win", range(len(WINDOWS)))
+@pytest.mark.parametrize("batched", [True, False])
+def test_unfold_fold(dtype, win, batched):
+    torch.manual_seed(32)
+    ks, dil, pad, st = WINDOWS[win]
+    x = torch.randn(([2] if batched else []) + [3, 7, 8]).to(dtype).requires_grad_()
+    fn = lambda x: F.unfold(x, ks, dil, pad, st)
+    oc, (gc,) = grads(fn, (x,))
+    with native("im2col", "col2im"):
+        ot, (gt,) = grads(fn, (tpu(x),))
+    assert torch.equal(ot.detach().cpu(), oc.detach())
+    # col2im adds in the tensor's dtype in ATen's order: equal, not just close
+    assert torch.equal(gt.cpu(), gc), (gt.cpu() - gc).abs().max()
+    cols = oc.detach().requires_grad_()
+    fold = lambda c: F.fold(c, (7, 8), ks, dil, pad, st)
+    oc2, (gc2,) = grads(fold, (cols,))
+    with native("im2col", "col2im"):
+        ot2, (gt2,) = grads(fold, (tpu(cols),))
+    assert torch.equal(ot2.detach().cpu(), oc2.detach())
+    assert torch.equal(gt2.cpu(), gc2)
+
+
+def test_im2col_col2im_bool_noncontiguous_and_out():
+    torch.manual_seed(33)
+    x = torch.randn(2, 3, 6, 5).transpose(2, 3)  # non-contiguous
+    args = ([2, 2], [1, 1], [1, 0], [1, 2])
+    for t in (x, x > 0):
+        with native("im2col"):
+            got = A.im2col(tpu(t), *args)
+        close(got, A.im2col(t, *args))
+    out = torch.empty(0, device=DEV)
+    with native("im2col"):
+        r = A.im2col.out(tpu(x), *args, out=out)
+    assert r is out
+    close(out, A.im2col(x, *args))
+    cols = A.im2col(x, *args)
+    for c in (cols, cols > 0, cols.transpose(1, 2).contiguous().transpose(1, 2)):
+        with native("col2im"):
+            got = A.col2im(tpu(c), [5, 6], *args)
+        close(got, A.col2im(c, [5, 6], *args))
+    out = torch.empty(0, device=DEV)
+    with native("col2im"):
+        A.col2im.out(tpu(cols), [5, 6], *args, out=out)
+    close(out, A.col2im(cols, [5, 6], *args))
+
+
+def test_im2col_col2im_errors():
+    x = torch.randn(1, 2, 4, 4)
+    im2col_cases = [
+        (x, [0, 2], [1, 1], [0, 0], [1, 1]),
+        (x, [2, 2], [0, 1], [0, 0], [1, 1]),
+        (x, [2, 2], [1, 1], [-1, 0], [1, 1]),
+        (x, [2, 2], [1, 1], [0, 0], [1, 0]),
+        (x, [2, 2, 2], [1, 1], [0, 0], [1, 1]),
+        (x, [5, 2], [1, 1], [0, 0], [1, 1]),      # no sliding block fits
+        (torch.randn(2, 4, 4, 4, 4), [2, 2], [1, 1], [0, 0], [1, 1]),
+        (torch.randn(1, 0, 4, 4), [2, 2], [1, 1], [0, 0], [1, 1]),
+    ]
+    for a in im2col_cases:
+        with pytest.raises(RuntimeError) as ec:
+            A.im2col(*a)
+        with pytest.raises(RuntimeError) as et:
+            A.im2col(tpu(a[0]), *a[1:])
+        assert type(et.value) is type(ec.value), a[1:]
+    cols = A.im2col(x, [2, 2], [1, 1], [0, 0], [1, 1])  # (1, 8, 9)
+    col2im_cases = [
+        (cols, [4, 5], [2, 2], [1, 1], [0, 0], [1, 1]),   # 9 blocks != 12
+        (cols, [4, 4], [3, 3], [1, 1], [0, 0], [1, 1]),   # 8 planes not divisible by 9
+        (cols, [4], [2, 2], [1, 1], [0, 0], [1, 1]),
+        (cols, [4, 4], [2, 2], [1, 1], [0, 0], [0, 1]),
+        (torch.randn(8), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1]),
+    ]
+    for a in col2im_cases:
+        with pytest.raises(RuntimeError) as ec:
+            A.col2im(*a)
+        with pytest.raises(RuntimeError) as et:
+            A.col2im(tpu(a[0]), *a[1:])
+        assert type(et.value) is type(ec.value), a[1:]
+    with pytest.raises(NotImplementedError):
+        A.im2col(tpu(x.long()), [2, 2], [1, 1], [0, 0], [1, 1])
+    with pytest.raises(NotImplementedError):
+        A.col2im(tpu(cols.long()), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])

@@ -1,6 +1,7 @@
-/* ATen ops of the nn family: layer norm, embedding, nll loss, fused attention and the
- * pointwise losses. Builders check arguments the way ATen's CPU kernels do, so the same
- * Python exception (and nearly the same text) comes back. */
+/* ATen ops of the nn family: layer norm, embedding, nll loss, fused attention, the
+ * pointwise losses, reflection/replication padding and im2col/col2im. Builders check
+ * arguments the way ATen's CPU kernels do, so the same Python exception (and nearly the
+ * same text) comes back. Node layouts of the padding and window kinds are in host/nn.c. */
 #include <math.h>
 #include <stdio.h>
 
@@ -567,6 +568,284 @@ static const loss_def_t k_sl1 = {LOSS_SMOOTH_L1, "smooth_l1_cpu", false},
 static const loss_def_t k_hub = {LOSS_HUBER, "huber_cpu", false},
                         k_hub_bw = {LOSS_HUBER, "huber_backward_cpu_out", true};
 
+/* ---- reflection and replication padding ------------------------------------------- */
+
+enum { PAD_REFLECT = 0, PAD_REPLICATE = 1 };
+typedef struct pad_def_s { int mode; int k; const char* kernel; } pad_def_t;
+
+/* Writes "D: 3, H: 4, W: 4" (sep ", ") or "D: 3 H: 4 W: 4" (sep " ") for the k padded
+ * dims of shape (outermost first). */
+static void fmt_dhw(char* buf, size_t cap, int k, const int64_t* dims, const char* sep) {
+  static const char names[3] = {'D', 'H', 'W'};
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; i < k && at < cap; ++i)
+    at += (size_t)snprintf(buf + at, cap - at, "%s%c: %lld", i ? sep : "", names[3 - k + i], (long long)dims[i]);
+}
+
+/* ATen's checks for {reflection,replication}_pad{1,2,3}d (check_valid_input<k> and the
+ * per-mode size rules); fills out[] with the padded shape of x. */
+static tpu_status_t pad_edge_shape(tpu_build_t* b, const pad_def_t* d, const tpu_view_t* x, const int64_t* pad,
+                                   int np, int64_t* out) {
+  int k = d->k;
+  if (np != 2 * k) {
+    if (d->mode == PAD_REFLECT)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "padding size is expected to be %d, but got: %d", 2 * k, np);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "padding size is expected to be %d", 2 * k);
+  }
+  char s[256];
+  tpu__fmt_shape(s, sizeof s, x->ndim, x->sizes);
+  bool batch = x->ndim == k + 2, ok = batch || x->ndim == k + 1;
+  for (int i = batch ? 1 : 0; ok && i < x->ndim; ++i) ok = x->sizes[i] != 0;
+  if (!ok)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected %dD or %dD (batch mode) tensor with possibly 0 batch size and other non-zero "
+                    "dimensions for input, but got: %s", k + 1, k + 2, s);
+  memcpy(out, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
+  int64_t ins[3], outs[3];
+  bool any_pos = false, all_pos = true, any_neg = false;
+  for (int i = 0; i < k; ++i) { /* i = 0 is the last dim (W), padded by pad[0], pad[1] */
+    int dim = x->ndim - 1 - i;
+    int64_t lo = pad[2 * i], hi = pad[2 * i + 1], in = x->sizes[dim];
+    if (d->mode == PAD_REFLECT && !(lo < in && hi < in))
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Argument #%d: Padding size should be less than the corresponding input dimension, but "
+                      "got: padding (%lld, %lld) at dimension %d of input %s", 4 + 2 * i, (long long)lo,
+                      (long long)hi, dim, s);
+    out[dim] = in + lo + hi;
+    ins[k - 1 - i] = in;
+    outs[k - 1 - i] = out[dim];
+    any_pos |= out[dim] >= 1;
+    all_pos &= out[dim] >= 1;
+    any_neg |= out[dim] < 0;
+  }
+  char si[128], so[128];
+  if (k == 1 && !all_pos)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "input (W: %lld) is too small. Calculated output W: %lld",
+                    (long long)ins[0], (long long)outs[0]);
+  if (d->mode == PAD_REPLICATE && !all_pos) {
+    fmt_dhw(so, sizeof so, k, outs, " ");
+    fmt_dhw(si, sizeof si, k, ins, ", ");
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Calculated output %s must be >= 1 in every dimension (input %s)", so, si);
+  }
+  if (!any_pos || any_neg) {
+    fmt_dhw(so, sizeof so, k, outs, " ");
+    fmt_dhw(si, sizeof si, k, ins, ", ");
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "input (%s) is too small. Calculated output %s", si, so);
+  }
+  return NULL;
+}
+
+/* {reflection,replication}_pad{1,2,3}d(self, padding): one kernel, the mode in ia[0]. */
+static tpu_status_t build_pad_edge(tpu_build_t* b) {
+  const pad_def_t* d = b->data;
+  const tpu_view_t* x;
+  const int64_t* pad;
+  int np;
+  int64_t shape[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &pad, &np));
+  TPU_RETURN_IF_ERROR(pad_edge_shape(b, d, x, pad, np, shape));
+  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented_for(b, d->kernel, x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_set_ilist(n, pad, np));
+  n->kind = TPU_KIND_PAD_EDGE;
+  n->ia[0] = d->mode;
+  n->ia[1] = d->k;
+  tpu__node_add_output(n, x->dtype, x->ndim, shape);
+  return NULL;
+}
+
+/* {reflection,replication}_pad{1,2,3}d_backward(grad_output, self, padding): sums each
+ * output gradient into the input element it was read from. self supplies only the shape. */
+static tpu_status_t build_pad_edge_backward(tpu_build_t* b) {
+  const pad_def_t* d = b->data;
+  const tpu_view_t *go, *x;
+  const int64_t* pad;
+  int np;
+  int64_t shape[TPU_MAX_DIMS];
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 2, &pad, &np));
+  TPU_RETURN_IF_ERROR(pad_edge_shape(b, d, x, pad, np, shape));
+  if (go->dtype != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(go->dtype),
+                    tpu__dtype_c10_name(x->dtype));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, d->kernel, x->dtype);
+  static const char* const dim_names[3] = {"width", "height", "depth"};
+  const char* who = d->mode == PAD_REFLECT ? "grad_output" : "gradOutput";
+  if (go->ndim != x->ndim) {
+    char s1[256], s2[256];
+    tpu__fmt_shape(s1, sizeof s1, go->ndim, go->sizes);
+    tpu__fmt_shape(s2, sizeof s2, x->ndim, x->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s of shape %s does not match input of shape %s", who, s1, s2);
+  }
+  for (int i = 0; i < d->k; ++i) {
+    int dim = x->ndim - 1 - i;
+    if (go->sizes[dim] != shape[dim])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s %s unexpected. Expected: %lld, Got: %lld", who, dim_names[i],
+                      (long long)shape[dim], (long long)go->sizes[dim]);
+  }
+  for (int dim = 0; dim < x->ndim - d->k; ++dim)
+    if (go->sizes[dim] != x->sizes[dim])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s size %lld at dimension %d does not match the input's %lld", who,
+                      (long long)go->sizes[dim], dim, (long long)x->sizes[dim]);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
+  TPU_RETURN_IF_ERROR(tpu__node_set_ilist(n, pad, np));
+  n->kind = TPU_KIND_PAD_EDGE_BACKWARD;
+  n->ia[0] = d->mode;
+  n->ia[1] = d->k;
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  return NULL;
+}
+
+#define PAD_DEFS(X)                                                                            \
+  X(reflection_pad1d, PAD_REFLECT, 1) X(reflection_pad2d, PAD_REFLECT, 2)                      \
+  X(reflection_pad3d, PAD_REFLECT, 3) X(replication_pad1d, PAD_REPLICATE, 1)                   \
+  X(replication_pad2d, PAD_REPLICATE, 2) X(replication_pad3d, PAD_REPLICATE, 3)
+#define PAD_DEF(name, mode, k)                                       \
+  static const pad_def_t k_##name = {mode, k, #name};                \
+  static const pad_def_t k_##name##_bw = {mode, k, #name "_backward"};
+PAD_DEFS(PAD_DEF)
+#undef PAD_DEF
+
+/* ---- im2col / col2im -------------------------------------------------------------- */
+
+/* Reads an int[2] argument. */
+static tpu_status_t pair_arg(tpu_build_t* b, int i, const char* what, int64_t out[2]) {
+  const int64_t* v;
+  int n;
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, i, &v, &n));
+  if (n != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "It is expected %s equals to 2, but got size %d", what, n);
+  out[0] = v[0];
+  out[1] = v[1];
+  return NULL;
+}
+
+/* Floor division (ATen's div_rtn). */
+static int64_t div_rtn(int64_t a, int64_t c) {
+  int64_t q = a / c;
+  return (a % c != 0 && ((a < 0) != (c < 0))) ? q - 1 : q;
+}
+
+/* Window parameters from schema arguments first..first+3 (kernel_size, dilation,
+ * padding, stride): w[0..7] = kh, kw, dh, dw, ph, pw, sh, sw. */
+static tpu_status_t window_args(tpu_build_t* b, int first, int64_t w[8]) {
+  static const char* const names[4] = {"kernel_size", "dilation", "padding", "stride"};
+  for (int i = 0; i < 4; ++i) TPU_RETURN_IF_ERROR(pair_arg(b, first + i, names[i], w + 2 * i));
+  if (w[0] <= 0 || w[1] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "kernel size should be greater than zero, but got kernel_height: %lld "
+                    "kernel_width: %lld", (long long)w[0], (long long)w[1]);
+  if (w[2] <= 0 || w[3] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "dilation should be greater than zero, but got dilation_height: %lld "
+                    "dilation_width: %lld", (long long)w[2], (long long)w[3]);
+  if (w[4] < 0 || w[5] < 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "padding should be non-negative, but got pad_height: %lld pad_width: %lld",
+                    (long long)w[4], (long long)w[5]);
+  if (w[6] <= 0 || w[7] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "stride should be greater than zero, but got stride_height: %lld "
+                    "stride_width: %lld", (long long)w[6], (long long)w[7]);
+  if (w[0] > INT32_MAX || w[1] > INT32_MAX)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Given kernel_width = %lld and kernel_height = %lld the product of "
+                    "kernel_width and kernel_height overflowed.", (long long)w[1], (long long)w[0]);
+  return NULL;
+}
+
+/* Sliding blocks along one spatial dim of size `in` (ATen's formula). */
+static int64_t n_blocks(int64_t in, int64_t k, int64_t dil, int64_t pad, int64_t stride) {
+  return div_rtn(in + 2 * pad - (dil * (k - 1) + 1), stride) + 1;
+}
+
+static void set_window_attrs(tpu_node_t* n, const int64_t w[8], int64_t batch, int64_t c, int64_t h, int64_t wd,
+                             int64_t oh, int64_t ow) {
+  for (int i = 0; i < 8; ++i) n->ia[i] = w[i];
+  n->ia[8] = batch; n->ia[9] = c; n->ia[10] = h; n->ia[11] = wd; n->ia[12] = oh; n->ia[13] = ow;
+}
+
+/* im2col(self, kernel_size, dilation, padding, stride): (N?, C, H, W) ->
+ * (N?, C * kh * kw, L), L the number of sliding blocks; padding reads zeros. */
+static tpu_status_t build_im2col(tpu_build_t* b) {
+  const tpu_view_t* x;
+  int64_t w[8];
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(window_args(b, 1, w));
+  char s[256];
+  tpu__fmt_shape(s, sizeof s, x->ndim, x->sizes);
+  bool valid = x->ndim >= 3 && x->sizes[1] != 0 && x->sizes[2] != 0;
+  if (!((x->ndim == 3 && x->sizes[0] != 0 && valid) || (x->ndim == 4 && valid && x->sizes[3] != 0)))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and "
+                    "other non-zero dimensions for input, but got: %s", s);
+  bool batched = x->ndim == 4;
+  int64_t nb = batched ? x->sizes[0] : 1, c = x->sizes[batched], h = x->sizes[batched + 1],
+          wd = x->sizes[batched + 2];
+  int64_t oh = n_blocks(h, w[0], w[2], w[4], w[6]), ow = n_blocks(wd, w[1], w[3], w[5], w[7]);
+  if (oh < 1 || ow < 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Given input with spatial size (%lld, %lld), kernel_size=(%lld, %lld), "
+                    "dilation=(%lld, %lld), padding=(%lld, %lld), calculated shape of the array of sliding blocks "
+                    "as (%lld, %lld), but its components must be at least one.", (long long)h, (long long)wd,
+                    (long long)w[0], (long long)w[1], (long long)w[2], (long long)w[3], (long long)w[4],
+                    (long long)w[5], (long long)oh, (long long)ow);
+  if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_BOOL)
+    return not_implemented_for(b, "im2col_out_cpu", x->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_IM2COL;
+  set_window_attrs(n, w, nb, c, h, wd, oh, ow);
+  int64_t shape[3] = {nb, c * w[0] * w[1], oh * ow};
+  tpu__node_add_output(n, x->dtype, batched ? 3 : 2, batched ? shape : shape + 1);
+  return NULL;
+}
+
+/* col2im(self, output_size, kernel_size, dilation, padding, stride): (N?, C * kh * kw, L)
+ * -> (N?, C, H, W), summing the blocks that overlap. */
+static tpu_status_t build_col2im(tpu_build_t* b) {
+  const tpu_view_t* x;
+  int64_t osz[2] = {0, 0}, w[8] = {0};
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(pair_arg(b, 1, "output_size", osz));
+  TPU_RETURN_IF_ERROR(window_args(b, 2, w));
+  char s[256];
+  tpu__fmt_shape(s, sizeof s, x->ndim, x->sizes);
+  if (!((x->ndim == 2 && x->sizes[0] != 0 && x->sizes[1] != 0) ||
+        (x->ndim == 3 && x->sizes[1] != 0 && x->sizes[2] != 0)))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch "
+                    "size and non-zero dimensions for input, but got: %s", s);
+  bool batched = x->ndim == 3;
+  int64_t planes = x->sizes[batched], length = x->sizes[batched + 1], kk = w[0] * w[1];
+  if (planes % kk != 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected size of input's dimension 1 to be divisible by the product of "
+                    "kernel_size, but got input.size(1)=%lld and kernel_size=(%lld, %lld).", (long long)planes,
+                    (long long)w[0], (long long)w[1]);
+  int64_t oh = n_blocks(osz[0], w[0], w[2], w[4], w[6]), ow = n_blocks(osz[1], w[1], w[3], w[5], w[7]);
+  char win[320];
+  snprintf(win, sizeof win, "Given output_size=(%lld, %lld), kernel_size=(%lld, %lld), dilation=(%lld, %lld), "
+           "padding=(%lld, %lld), stride=(%lld, %lld)", (long long)osz[0], (long long)osz[1], (long long)w[0],
+           (long long)w[1], (long long)w[2], (long long)w[3], (long long)w[4], (long long)w[5], (long long)w[6],
+           (long long)w[7]);
+  if (length != oh * ow)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s, expected size of input's dimension 2 to match the calculated number "
+                    "of sliding blocks %lld * %lld = %lld, but got input.size(2)=%lld.", win, (long long)oh,
+                    (long long)ow, (long long)(oh * ow), (long long)length);
+  if (oh < 1 || ow < 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s, calculated shape of the array of sliding blocks as (%lld, %lld), "
+                    "which is too small (non-positive)", win, (long long)oh, (long long)ow);
+  if (osz[0] < 1 || osz[1] < 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected output spatial size to be positive, but got: "
+                    "output_size=(%lld, %lld).", (long long)osz[0], (long long)osz[1]);
+  if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_BOOL)
+    return not_implemented_for(b, "col2im_out_cpu", x->dtype);
+  int64_t nb = batched ? x->sizes[0] : 1, c = planes / kk;
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_COL2IM;
+  set_window_attrs(n, w, nb, c, osz[0], osz[1], oh, ow);
+  int64_t shape[4] = {nb, c, osz[0], osz[1]};
+  tpu__node_add_output(n, x->dtype, batched ? 4 : 3, batched ? shape : shape + 1);
+  return NULL;
+}
+
 /* _scaled_dot_product_fused_attention_overrideable declares two outputs (output,
  * logsumexp); the adapter fills the schema's remaining returns, which carry nothing for a
  * dropout-free kernel. */
@@ -605,5 +884,15 @@ const tpu_aten_entry_t tpu__aten_nn[] = {
     {"huber_loss.out", build_point_loss, &k_hub},
     {"huber_loss_backward", build_point_loss, &k_hub_bw},
     {"huber_loss_backward.out", build_point_loss, &k_hub_bw},
+#define PAD_ENTRIES(name, mode, k)                                                  \
+    {#name, build_pad_edge, &k_##name}, {#name ".out", build_pad_edge, &k_##name}, \
+    {#name "_backward", build_pad_edge_backward, &k_##name##_bw},                  \
+    {#name "_backward.grad_input", build_pad_edge_backward, &k_##name##_bw},
+    PAD_DEFS(PAD_ENTRIES)
+#undef PAD_ENTRIES
+    {"im2col", build_im2col, NULL},
+    {"im2col.out", build_im2col, NULL},
+    {"col2im", build_col2im, NULL},
+    {"col2im.out", build_col2im, NULL},
     {NULL, NULL, NULL},
 };

@@ -1,10 +1,11 @@
-/* ATen batch normalization: native_batch_norm and its backward.
+/* ATen ops of the norm family: batch norm, weight norm and group norm, each with its
+ * backward. Node layouts are documented in host/norm.c.
  *
- * Inputs (in order): input, weight?, bias?, running_mean?, running_var? (backward: grad,
- * input, weight?, running_mean?, running_var?, save_mean?, save_invstd?). ia[0] = training,
- * da[0] = momentum, da[1] = eps. In training mode the forward kernel also updates
- * running_mean/var in place, as ATen's CPU kernel does (these arguments carry no alias
- * annotation in the schema, but the kernel mutates them). */
+ * Batch norm inputs (in order): input, weight?, bias?, running_mean?, running_var?
+ * (backward: grad, input, weight?, running_mean?, running_var?, save_mean?, save_invstd?).
+ * ia[0] = training, da[0] = momentum, da[1] = eps. In training mode the forward kernel
+ * also updates running_mean/var in place, as ATen's CPU kernel does (these arguments
+ * carry no alias annotation in the schema, but the kernel mutates them). */
 #include "aten/aten.h"
 
 static tpu_status_t check_channel_vec(tpu_build_t* b, int i, int64_t c, const char* what) {
@@ -102,8 +103,254 @@ static tpu_status_t build_bn_backward(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- shared helpers ---------------------------------------------------------------- */
+
+static bool is_reduced_float(tpu_dtype_t t) { return t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16; }
+
+/* ATen's opmath type: reduced floats accumulate (and keep statistics) in float32. */
+static tpu_dtype_t opmath(tpu_dtype_t t) { return is_reduced_float(t) ? TPU_DTYPE_F32 : t; }
+
+/* An optional tensor argument: *out is NULL for None (or an undefined tensor). */
+static tpu_status_t opt_tensor(tpu_build_t* b, int i, const tpu_view_t** out) {
+  *out = NULL;
+  if (tpu__arg_is_none(b, i)) return NULL;
+  const tpu_arg_t* a = tpu__arg(b, i);
+  if (a->kind == TPU_ARG_TENSOR && !a->tensor.storage) return NULL;
+  return tpu__arg_tensor(b, i, out);
+}
+
+static tpu_status_t add_opt(tpu_build_t* b, const tpu_view_t* v) {
+  return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
+}
+
+static tpu_status_t not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
+  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
+}
+
+static tpu_status_t expect_dtype(tpu_build_t* b, tpu_dtype_t expected, tpu_dtype_t found) {
+  if (expected == found) return NULL;
+  return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(expected),
+                  tpu__dtype_c10_name(found));
+}
+
+static bool same_shape(const tpu_view_t* a, const tpu_view_t* c) {
+  if (a->ndim != c->ndim) return false;
+  for (int i = 0; i < a->ndim; ++i) if (a->sizes[i] != c->sizes[i]) return false;
+  return true;
+}
+
+/* Reads a bool[N] argument, which the adapter passes as a list of 0/1 ints. */
+static tpu_status_t bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
+  for (int k = 0; k < want; ++k) mask[k] = true;
+  const tpu_arg_t* a = tpu__arg(b, i);
+  if (!a || a->kind == TPU_ARG_NONE) return NULL;
+  if (a->kind == TPU_ARG_BOOL) { for (int k = 0; k < want; ++k) mask[k] = a->v.b; return NULL; }
+  if (a->kind != TPU_ARG_INTLIST || a->list_len != want)
+    return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be bool[%d]", i, want);
+  for (int k = 0; k < want; ++k) mask[k] = a->list[k] != 0;
+  return NULL;
+}
+
+/* ---- weight norm -------------------------------------------------------------------- */
+
+/* Shape and dtype rules shared by _weight_norm_interface and its backward: v and g of
+ * one floating dtype, 0 <= dim < v.dim(), g holding v.size(dim) elements. ATen's fused CPU
+ * kernel takes only dim 0 and the last dim (the composite _weight_norm never passes
+ * another); the tpu kernel normalizes over all dims but `dim` for any dim. */
+static tpu_status_t weight_norm_check(tpu_build_t* b, const tpu_view_t* v, const tpu_view_t* g, int64_t dim,
+                                      const char* kernel) {
+  if (!tpu_dtype_is_floating(v->dtype)) return not_implemented_for(b, kernel, v->dtype);
+  TPU_RETURN_IF_ERROR(expect_dtype(b, v->dtype, g->dtype));
+  if (dim < 0 || dim >= v->ndim)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "weight norm dim %lld is out of range for a %d-dimensional v", (long long)dim, v->ndim);
+  if (tpu_view_numel(g) != v->sizes[dim])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "g must hold v.size(%lld) = %lld elements, but has %lld", (long long)dim,
+                    (long long)v->sizes[dim], (long long)tpu_view_numel(g));
+  return NULL;
+}
+
+/* _weight_norm_interface(v, g, dim=0) -> (w, norms): w = v * g / ||v|| with the norm over
+ * every dim but `dim`; norms has g's shape, in float32 for a reduced-float g. */
+static tpu_status_t build_weight_norm(tpu_build_t* b) {
+  const tpu_view_t *v, *g;
+  int64_t dim;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &v));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &g));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 2, 0, &dim));
+  TPU_RETURN_IF_ERROR(weight_norm_check(b, v, g, dim, "weight_norm_kernel"));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, v));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  n->kind = TPU_KIND_WEIGHT_NORM;
+  n->ia[0] = dim;
+  tpu__node_add_output(n, v->dtype, v->ndim, v->sizes);
+  tpu__node_add_output(n, opmath(g->dtype), g->ndim, g->sizes);
+  return NULL;
+}
+
+/* _weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim)
+ * -> (grad_v, grad_g) */
+static tpu_status_t build_weight_norm_backward(tpu_build_t* b) {
+  const tpu_view_t *gw, *v, *g, *norms;
+  int64_t dim;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &gw));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &v));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &g));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &norms));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 4, &dim));
+  TPU_RETURN_IF_ERROR(weight_norm_check(b, v, g, dim, "weight_norm_backward_kernel"));
+  TPU_RETURN_IF_ERROR(expect_dtype(b, v->dtype, gw->dtype));
+  TPU_RETURN_IF_ERROR(expect_dtype(b, opmath(v->dtype), norms->dtype));
+  if (!same_shape(gw, v)) return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_w must have the shape of saved_v");
+  if (tpu_view_numel(norms) != v->sizes[dim])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "saved_norms must hold %lld elements, but has %lld",
+                    (long long)v->sizes[dim], (long long)tpu_view_numel(norms));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, gw));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, v));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, norms));
+  n->kind = TPU_KIND_WEIGHT_NORM_BACKWARD;
+  n->ia[0] = dim;
+  tpu__node_add_output(n, v->dtype, v->ndim, v->sizes);
+  tpu__node_add_output(n, g->dtype, g->ndim, g->sizes);
+  return NULL;
+}
+
+/* ---- group norm --------------------------------------------------------------------- */
+
+/* ATen's CPU mixed-dtype rule (native/cpu/mixed_data_type.h): parameters of another dtype
+ * than the input must all be float32, and then the input must be a reduced float. */
+static tpu_status_t gn_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* p1, const tpu_view_t* p2,
+                             bool* mixed) {
+  *mixed = (p1 && p1->dtype != x) || (p2 && p2->dtype != x);
+  if (!*mixed) return NULL;
+  if ((p1 && p1->dtype != TPU_DTYPE_F32) || (p2 && p2->dtype != TPU_DTYPE_F32))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): expect parameter to have scalar type of Float");
+  if (!is_reduced_float(x))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): all inputs must share same datatype.");
+  return NULL;
+}
+
+static tpu_status_t gn_param_check(tpu_build_t* b, const tpu_view_t* x, const tpu_view_t* p, int64_t c,
+                                   const char* what, const tpu_view_t* shown) {
+  if (!p || (p->ndim == 1 && p->sizes[0] == c)) return NULL;
+  char s1[256], s2[256];
+  tpu__fmt_shape(s1, sizeof s1, shown ? shown->ndim : 0, shown ? shown->sizes : NULL);
+  tpu__fmt_shape(s2, sizeof s2, x->ndim, x->sizes);
+  return tpu__err(b, TPU_INVALID_ARGUMENT,
+                  "Expected %s to be a vector of size equal to the number of channels in input, but got %s "
+                  "of shape %s and input of shape %s", what, what, s1, s2);
+}
+
+/* Reads N, C, HxW, group (schema arguments first..first+3) and checks them. */
+static tpu_status_t gn_dims(tpu_build_t* b, int first, const tpu_view_t* x, int64_t d[4]) {
+  for (int i = 0; i < 4; ++i) TPU_RETURN_IF_ERROR(tpu__arg_int(b, first + i, &d[i]));
+  if (d[3] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected num groups to be greater than 0, got %lld", (long long)d[3]);
+  if (d[1] % d[3] != 0) {
+    char s[256];
+    tpu__fmt_shape(s, sizeof s, x->ndim, x->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Expected number of channels in input to be divisible by num_groups, but got input of "
+                    "shape %s and num_groups=%lld", s, (long long)d[3]);
+  }
+  if (d[0] < 0 || d[1] < 0 || d[2] < 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "N, C and HxW must be non-negative");
+  return NULL;
+}
+
+/* native_group_norm(input, weight?, bias?, N, C, HxW, group, eps) -> (out, mean, rstd).
+ * The input is read as (N, C, HxW) in its logical (row-major) order, whatever its memory
+ * layout (channels-last included); mean and rstd are (N, group), float32 when a
+ * reduced-float input meets float32 parameters, else the input's dtype. */
+static tpu_status_t build_group_norm(tpu_build_t* b) {
+  const tpu_view_t *x, *w, *bias;
+  int64_t d[4];
+  double eps;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 1, &w));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 2, &bias));
+  TPU_RETURN_IF_ERROR(gn_dims(b, 3, x, d));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 7, &eps));
+  TPU_RETURN_IF_ERROR(gn_param_check(b, x, w, d[1], "weight", w));
+  /* ATen prints the weight's shape in the bias message too */
+  TPU_RETURN_IF_ERROR(gn_param_check(b, x, bias, d[1], "bias", w));
+  bool mixed;
+  TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, w, bias, &mixed));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "GroupNormKernelImpl", x->dtype);
+  if (d[1] == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected number of channels to be greater than 0, got 0");
+  if (d[2] == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected HxW to be greater than 0, got 0");
+  if (tpu_view_numel(x) != 0 && tpu_view_numel(x) != d[0] * d[1] * d[2])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected X.numel() == N * C * HxW to be true, but got false.");
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  n->kind = TPU_KIND_GROUP_NORM;
+  for (int i = 0; i < 4; ++i) n->ia[i] = d[i];
+  n->da[0] = eps;
+  int64_t stat[2] = {d[0], d[3]};
+  tpu_dtype_t sdt = mixed ? TPU_DTYPE_F32 : x->dtype;
+  tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
+  tpu__node_add_output(n, sdt, 2, stat);
+  tpu__node_add_output(n, sdt, 2, stat);
+  return NULL;
+}
+
+/* native_group_norm_backward(grad_out, input, mean, rstd, weight?, N, C, HxW, group,
+ * output_mask) -> (grad_input, grad_weight, grad_bias); unrequested outputs are absent. */
+static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
+  const tpu_view_t *dy, *x, *mean, *rstd, *w;
+  int64_t d[4];
+  bool mask[3];
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &dy));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &mean));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &rstd));
+  TPU_RETURN_IF_ERROR(opt_tensor(b, 4, &w));
+  TPU_RETURN_IF_ERROR(gn_dims(b, 5, x, d));
+  TPU_RETURN_IF_ERROR(bool_mask(b, 9, 3, mask));
+  if (x->dtype != dy->dtype) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected scalar types of X and dY are same.");
+  bool mixed;
+  TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, mean, rstd, &mixed));
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "GroupNormBackwardKernelImpl", x->dtype);
+  int64_t numel = tpu_view_numel(x);
+  if (numel != 0) {
+    if (numel != d[0] * d[1] * d[2] || tpu_view_numel(dy) != numel)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected X.numel() == N * C * HxW and dY.numel() == N * C * HxW");
+    if (tpu_view_numel(mean) != d[0] * d[3] || tpu_view_numel(rstd) != d[0] * d[3])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected mean.numel() == N * group and rstd.numel() == N * group");
+    if (w && tpu_view_numel(w) != d[1])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected gamma.numel() == C");
+  }
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, dy));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, mean));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, rstd));
+  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  n->kind = TPU_KIND_GROUP_NORM_BACKWARD;
+  for (int i = 0; i < 4; ++i) n->ia[i] = d[i];
+  tpu_dtype_t pdt = w ? w->dtype : x->dtype;
+  int64_t cs[1] = {d[1]};
+  tpu__node_add_output(n, x->dtype, mask[0] ? x->ndim : -1, x->sizes);
+  tpu__node_add_output(n, pdt, mask[1] ? 1 : -1, cs);
+  tpu__node_add_output(n, pdt, mask[2] ? 1 : -1, cs);
+  return NULL;
+}
+
 const tpu_aten_entry_t tpu__aten_norm[] = {
     {"native_batch_norm", build_bn, NULL},
     {"native_batch_norm_backward", build_bn_backward, NULL},
+    {"_weight_norm_interface", build_weight_norm, NULL},
+    {"_weight_norm_interface.out", build_weight_norm, NULL},
+    {"_weight_norm_interface_backward", build_weight_norm_backward, NULL},
+    {"_weight_norm_interface_backward.out", build_weight_norm_backward, NULL},
+    {"native_group_norm", build_group_norm, NULL},
+    {"native_group_norm.out", build_group_norm, NULL},
+    {"native_group_norm_backward", build_group_norm_backward, NULL},
+    {"native_group_norm_backward.out", build_group_norm_backward, NULL},
     {NULL, NULL, NULL},
 };

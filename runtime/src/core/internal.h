@@ -65,7 +65,7 @@ typedef struct tpu_operand_s {
   int64_t scalar_i;
 } tpu_operand_t;
 
-#define TPU_NODE_MAX_OUT 4
+#define TPU_NODE_MAX_OUT 5
 #define TPU_NODE_NUM_IATTR 16
 #define TPU_NODE_NUM_DATTR 8
 

@@ -1,9 +1,20 @@
 /* Host kernels of the nn family.
  *
+ * Node layouts of the padding and window kernels (set by aten/nn.c):
+ *   PAD_EDGE           in: self     ia[0] mode (0 reflect, 1 replicate), ia[1] k padded
+ *                                   dims; ilist: padding, last dim first (ATen's order)
+ *   PAD_EDGE_BACKWARD  in: grad     same attributes; output: grad_input (self's shape)
+ *   IM2COL / COL2IM    in: self     ia[0..7] kh, kw, dh, dw, ph, pw, sh, sw; ia[8] batch,
+ *                                   ia[9] channels, ia[10..11] image H, W, ia[12..13]
+ *                                   sliding blocks along H, W
+ *
  * Normalizations and losses pack their operands into float64 scratch and accumulate in
  * float64, then round once on store: for f32/bf16/f16 this is at least as accurate as
  * ATen's float32 accumulation, at the cost of twice the scratch. Attention uses the
- * compute dtype (f32, or f64 for f64) because its cost is in GEMMs. */
+ * compute dtype (f32, or f64 for f64) because its cost is in GEMMs. The padding and
+ * im2col forwards move elements as bytes; their backwards (pad backward, col2im) are
+ * scatter-adds that round to the output dtype after every add, in ATen's order, because
+ * ATen's CPU loops add in the tensor's own dtype. */
 #include <math.h>
 
 #include <cblas.h>
@@ -737,6 +748,295 @@ static tpu_status_t point_loss_kernel(tpu_node_t* n) {
   return NULL;
 }
 
+
+/* ---- reflection / replication padding ----------------------------------------------- */
+
+enum { PAD_REFLECT = 0, PAD_REPLICATE = 1 };
+
+/* v rounded to dtype t (and widened back), the way one `+=` in t rounds in ATen's CPU
+ * loops: c10's reduced floats add in float32 and round, bool adds to "any". */
+static inline double round_as(tpu_dtype_t t, double v) {
+  switch (t) {
+    case TPU_DTYPE_F32: return (float)v;
+    case TPU_DTYPE_BF16: return tpu__bf16_to_f32(tpu__f32_to_bf16((float)v));
+    case TPU_DTYPE_F16: return (double)(_Float16)(float)v;
+    case TPU_DTYPE_BOOL: return v != 0;
+    default: return v;
+  }
+}
+
+/* The input index that output index j of a padded dim reads, with lo elements padded
+ * before it (negative lo crops): reflect mirrors about the edge element, replicate
+ * clamps. These are ATen's mappings; the builder guarantees reflect's |lo|, |hi| < size,
+ * so one reflection lands inside. */
+static int64_t edge_index(int mode, int64_t j, int64_t size, int64_t lo) {
+  int64_t x = j - lo;
+  if (mode == PAD_REFLECT) return x < 0 ? -x : x >= size ? 2 * (size - 1) - x : x;
+  return x < 0 ? 0 : x >= size ? size - 1 : x;
+}
+
+/* A padded tensor as planes (the unpadded leading dims) of k padded dims, outermost
+ * first; rows are the innermost padded dim's lines of the output. */
+typedef struct edge_s {
+  int k;
+  int64_t planes, in[3], out[3], in_stride[3];
+  int64_t in_plane, out_plane, rows_per_plane;
+  int64_t* map[3];   /* per padded dim: the input index of each output index */
+  const char* src;   /* forward: packed input (element size es) */
+  char* dst;         /* forward: dense output */
+  size_t es;
+  const double* g;   /* backward: packed grad_output */
+  double* acc;       /* backward: dense grad_input */
+  tpu_dtype_t dt;    /* backward: grad_input's dtype, rounded to after every add */
+} edge_t;
+
+static bool edge_init(edge_t* E, const tpu_node_t* n, const tpu_operand_t* big, const tpu_operand_t* small) {
+  int k = E->k = (int)n->ia[1], nd = small->ndim;
+  E->planes = prod(small->sizes, 0, nd - k);
+  E->in_plane = prod(small->sizes, nd - k, nd);
+  E->out_plane = prod(big->sizes, nd - k, nd);
+  E->rows_per_plane = prod(big->sizes, nd - k, nd - 1);
+  int64_t st = 1;
+  for (int j = k - 1; j >= 0; --j) {
+    int dim = nd - k + j;
+    E->in[j] = small->sizes[dim];
+    E->out[j] = big->sizes[dim];
+    E->in_stride[j] = st;
+    st *= E->in[j];
+    int64_t lo = n->ilist[2 * (k - 1 - j)];
+    E->map[j] = tpu__malloc(sizeof(int64_t) * cnt1(E->out[j]));
+    if (!E->map[j]) return false;
+    for (int64_t o = 0; o < E->out[j]; ++o) E->map[j][o] = edge_index((int)n->ia[0], o, E->in[j], lo);
+  }
+  return true;
+}
+
+static void edge_free(edge_t* E) {
+  for (int j = 0; j < 3; ++j) tpu__free(E->map[j]);
+}
+
+/* Offset (within the input) of the start of output row r, which lies in plane *plane. */
+static int64_t edge_row_base(const edge_t* E, int64_t r, int64_t* plane) {
+  int64_t rem = r, base = 0;
+  for (int j = E->k - 2; j >= 0; --j) {
+    base += E->map[j][rem % E->out[j]] * E->in_stride[j];
+    rem /= E->out[j];
+  }
+  *plane = rem;
+  return base + rem * E->in_plane;
+}
+
+#define EDGE_GATHER(T)                                                    \
+  for (int64_t r = r0; r < r1; ++r) {                                     \
+    int64_t plane, base = edge_row_base(E, r, &plane);                    \
+    const T* s = (const T*)E->src + base;                                 \
+    T* d = (T*)E->dst + r * w;                                            \
+    for (int64_t x = 0; x < w; ++x) d[x] = s[map[x]];                     \
+  }
+
+static tpu_status_t edge_fwd_rows(void* arg, int64_t r0, int64_t r1, int tid) {
+  const edge_t* E = arg;
+  int64_t w = E->out[E->k - 1];
+  const int64_t* map = E->map[E->k - 1];
+  switch (E->es) {
+    case 1: EDGE_GATHER(uint8_t) break;
+    case 2: EDGE_GATHER(uint16_t) break;
+    case 4: EDGE_GATHER(uint32_t) break;
+    default: EDGE_GATHER(uint64_t) break;
+  }
+  return NULL;
+}
+
+/* Planes are disjoint in the input, so threads split by plane. */
+static tpu_status_t edge_bwd_planes(void* arg, int64_t p0, int64_t p1, int tid) {
+  const edge_t* E = arg;
+  int64_t w = E->out[E->k - 1];
+  const int64_t* map = E->map[E->k - 1];
+  for (int64_t r = p0 * E->rows_per_plane; r < p1 * E->rows_per_plane; ++r) {
+    int64_t plane, base = edge_row_base(E, r, &plane);
+    double* a = E->acc + base;
+    const double* g = E->g + r * w;
+    for (int64_t x = 0; x < w; ++x) a[map[x]] = round_as(E->dt, a[map[x]] + g[x]);
+  }
+  return NULL;
+}
+
+static tpu_status_t pad_edge_kernel(tpu_node_t* n) {
+  tpu_operand_t* out = &n->out[0];
+  edge_t E = {0};
+  E.es = tpu_dtype_size(out->dtype);
+  bool ok = edge_init(&E, n, out, &n->in[0]);
+  char* src = ok ? tpu__pack_alloc(&n->in[0], out->dtype) : NULL;
+  uint64_t nbytes;
+  int64_t total = tpu__operand_numel(out);
+  char* dst = src && tpu__mul_ok((uint64_t)total, E.es, &nbytes) ? tpu__malloc(nbytes) : NULL;
+  tpu_status_t st = NULL;
+  if (!dst) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    E.src = src;
+    E.dst = dst;
+    int64_t rows = E.planes * E.rows_per_plane, w = E.out[E.k - 1];
+    st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / cnt1(w) + 1, edge_fwd_rows, &E)
+             : edge_fwd_rows(&E, 0, rows, 0);
+    if (!st) tpu__unpack(out, dst, out->dtype);
+  }
+  edge_free(&E);
+  tpu__free(src);
+  tpu__free(dst);
+  return st;
+}
+
+/* Adds each output gradient into its input element in output order, rounding to the
+ * gradient's dtype after every add: the same sums, in the same order, as ATen's CPU loop
+ * (which adds in the tensor's dtype), so bf16/f16 results match it bit for bit. */
+static tpu_status_t pad_edge_backward_kernel(tpu_node_t* n) {
+  tpu_operand_t* out = &n->out[0];
+  edge_t E = {0};
+  E.dt = out->dtype;
+  bool ok = edge_init(&E, n, &n->in[0], out);
+  double* g = ok ? tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64) : NULL;
+  double* acc = g ? tpu__calloc(cnt1(tpu__operand_numel(out)), sizeof(double)) : NULL;
+  tpu_status_t st = NULL;
+  if (!acc) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    E.g = g;
+    E.acc = acc;
+    int64_t total = tpu__operand_numel(&n->in[0]);
+    st = E.planes > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(E.planes, TPU_PARALLEL_MIN_WORK / cnt1(E.out_plane) + 1, edge_bwd_planes, &E)
+             : edge_bwd_planes(&E, 0, E.planes, 0);
+    if (!st) tpu__unpack(out, acc, TPU_DTYPE_F64);
+  }
+  edge_free(&E);
+  tpu__free(g);
+  tpu__free(acc);
+  return st;
+}
+
+/* ---- im2col / col2im ---------------------------------------------------------------- */
+
+typedef struct win_s {
+  int64_t kh, kw, dh, dw, ph, pw, sh, sw, c, h, w, oh, ow;
+  const char* src; /* im2col: packed image (element size es) */
+  char* dst;       /* im2col: dense columns, zero-filled */
+  size_t es;
+  const double* col; /* col2im: packed columns */
+  double* img;       /* col2im: dense image, zero-filled */
+  tpu_dtype_t dt;    /* col2im: the image's dtype, rounded to after every add */
+} win_t;
+
+static win_t win_of(const tpu_node_t* n) {
+  const int64_t* a = n->ia;
+  win_t W = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[9], a[10], a[11], a[12], a[13],
+             NULL, NULL, 0, NULL, NULL, TPU_DTYPE_F64};
+  return W;
+}
+
+/* Column row r = (sample * C + c) * kh * kw + ki * kw + kj holds, for each block, the image
+ * element at offset (ki, kj) of that block, or zero in the padding. */
+#define IM2COL_ROWS(T)                                                               \
+  for (int64_t r = r0; r < r1; ++r) {                                                \
+    int64_t kj = r % W->kw, ki = (r / W->kw) % W->kh, plane = r / (W->kw * W->kh);   \
+    const T* s = (const T*)W->src + plane * W->h * W->w;                             \
+    T* d = (T*)W->dst + r * W->oh * W->ow;                                           \
+    for (int64_t bh = 0; bh < W->oh; ++bh) {                                         \
+      int64_t ih = bh * W->sh - W->ph + ki * W->dh;                                  \
+      if (ih < 0 || ih >= W->h) continue;                                            \
+      for (int64_t bw = 0; bw < W->ow; ++bw) {                                       \
+        int64_t iw = bw * W->sw - W->pw + kj * W->dw;                                \
+        if (iw >= 0 && iw < W->w) d[bh * W->ow + bw] = s[ih * W->w + iw];            \
+      }                                                                              \
+    }                                                                                \
+  }
+
+static tpu_status_t im2col_rows(void* arg, int64_t r0, int64_t r1, int tid) {
+  const win_t* W = arg;
+  switch (W->es) {
+    case 1: IM2COL_ROWS(uint8_t) break;
+    case 2: IM2COL_ROWS(uint16_t) break;
+    case 4: IM2COL_ROWS(uint32_t) break;
+    default: IM2COL_ROWS(uint64_t) break;
+  }
+  return NULL;
+}
+
+/* Zero bits are zero in every dtype, so the padding is a memset. */
+static tpu_status_t im2col_kernel(tpu_node_t* n) {
+  tpu_operand_t* out = &n->out[0];
+  win_t W = win_of(n);
+  W.es = tpu_dtype_size(out->dtype);
+  int64_t total = tpu__operand_numel(out), rows = n->ia[8] * W.c * W.kh * W.kw;
+  char* src = tpu__pack_alloc(&n->in[0], out->dtype);
+  char* dst = src ? tpu__calloc(cnt1(total), W.es) : NULL;
+  tpu_status_t st = NULL;
+  if (!dst) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    W.src = src;
+    W.dst = dst;
+    st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / cnt1(W.oh * W.ow) + 1, im2col_rows, &W)
+             : im2col_rows(&W, 0, rows, 0);
+    if (!st) tpu__unpack(out, dst, out->dtype);
+  }
+  tpu__free(src);
+  tpu__free(dst);
+  return st;
+}
+
+/* Image planes (sample, channel) are disjoint, so threads split by plane. */
+static tpu_status_t col2im_planes(void* arg, int64_t p0, int64_t p1, int tid) {
+  const win_t* W = arg;
+  int64_t len = W->oh * W->ow;
+  for (int64_t p = p0; p < p1; ++p) {
+    double* img = W->img + p * W->h * W->w;
+    for (int64_t ki = 0; ki < W->kh; ++ki)
+      for (int64_t kj = 0; kj < W->kw; ++kj) {
+        const double* col = W->col + ((p * W->kh + ki) * W->kw + kj) * len;
+        for (int64_t bh = 0; bh < W->oh; ++bh) {
+          int64_t ih = bh * W->sh - W->ph + ki * W->dh;
+          if (ih < 0 || ih >= W->h) continue;
+          for (int64_t bw = 0; bw < W->ow; ++bw) {
+            int64_t iw = bw * W->sw - W->pw + kj * W->dw;
+            if (iw >= 0 && iw < W->w) {
+              double* p = img + ih * W->w + iw;
+              *p = round_as(W->dt, *p + col[bh * W->ow + bw]);
+            }
+          }
+        }
+      }
+  }
+  return NULL;
+}
+
+/* Sums the blocks in ATen's order (kernel offset, then block), rounding to the image's
+ * dtype after every add as ATen's CPU loop does. */
+static tpu_status_t col2im_kernel(tpu_node_t* n) {
+  tpu_operand_t* out = &n->out[0];
+  win_t W = win_of(n);
+  W.dt = out->dtype;
+  int64_t planes = n->ia[8] * W.c, total = tpu__operand_numel(&n->in[0]);
+  double* col = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  double* img = col ? tpu__calloc(cnt1(tpu__operand_numel(out)), sizeof(double)) : NULL;
+  tpu_status_t st = NULL;
+  if (!img) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    W.col = col;
+    W.img = img;
+    st = planes > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(planes, TPU_PARALLEL_MIN_WORK / cnt1(total / planes) + 1, col2im_planes, &W)
+             : col2im_planes(&W, 0, planes, 0);
+    if (!st) tpu__unpack(out, img, TPU_DTYPE_F64);
+  }
+  tpu__free(col);
+  tpu__free(img);
+  return st;
+}
+
 void tpu__host_register_nn(tpu_host_kernel_fn* table) {
   table[TPU_KIND_LAYER_NORM] = layer_norm_kernel;
   table[TPU_KIND_LAYER_NORM_BACKWARD] = layer_norm_backward_kernel;
@@ -748,4 +1048,8 @@ void tpu__host_register_nn(tpu_host_kernel_fn* table) {
   table[TPU_KIND_SDPA_BACKWARD] = sdpa_backward_kernel;
   table[TPU_KIND_POINT_LOSS] = point_loss_kernel;
   table[TPU_KIND_POINT_LOSS_BACKWARD] = point_loss_kernel;
+  table[TPU_KIND_PAD_EDGE] = pad_edge_kernel;
+  table[TPU_KIND_PAD_EDGE_BACKWARD] = pad_edge_backward_kernel;
+  table[TPU_KIND_IM2COL] = im2col_kernel;
+  table[TPU_KIND_COL2IM] = col2im_kernel;
 }

@@ -1,5 +1,18 @@
-/* Batch normalization kernels. Statistics accumulate in double per channel; the input
- * is packed once to a dense f64 buffer laid out as [N, C, inner]. */
+/* Kernels of the norm family. Every one packs its operands into dense float64 scratch,
+ * accumulates in float64 and rounds once on store (at least as accurate as ATen's float32
+ * opmath for f32/bf16/f16 inputs).
+ *
+ * Node layouts (set by aten/norm.c):
+ *   BATCH_NORM            in: x, w?, b?, running_mean?, running_var?
+ *                         ia[0] training, da[0] momentum, da[1] eps
+ *   BATCH_NORM_BACKWARD   in: grad, x, w?, running_mean?, running_var?, save_mean?, save_invstd?
+ *                         ia[0] training, da[1] eps
+ *   WEIGHT_NORM           in: v, g                      ia[0] dim     out: w, norms
+ *   WEIGHT_NORM_BACKWARD  in: grad_w, v, g, norms       ia[0] dim     out: grad_v, grad_g
+ *   GROUP_NORM            in: x, w?, b?                 ia[0..3] N, C, HxW, group; da[0] eps
+ *                         out: y, mean (N, group), rstd (N, group)
+ *   GROUP_NORM_BACKWARD   in: dy, x, mean, rstd, w?     ia[0..3] N, C, HxW, group
+ *                         out: dx?, dw?, db? (absent when output_mask says so) */
 #include <math.h>
 
 #include "host/host.h"
@@ -141,7 +154,256 @@ done:
   return st;
 }
 
+/* ---- weight norm ------------------------------------------------------------------- */
+
+/* v seen as [outer, d, inner] around the kept dim: the norm of slice j runs over outer
+ * and inner. */
+typedef struct { int64_t outer, d, inner; } wn_shape_t;
+
+static wn_shape_t wn_shape_of(const tpu_operand_t* v, int dim) {
+  wn_shape_t s = {1, v->sizes[dim], 1};
+  for (int i = 0; i < dim; ++i) s.outer *= v->sizes[i];
+  for (int i = dim + 1; i < v->ndim; ++i) s.inner *= v->sizes[i];
+  return s;
+}
+
+static size_t cnt1(int64_t n) { return n > 0 ? (size_t)n : 1; }
+
+/* w = v * (g / ||v||); an empty v gives zero norms, as on CPU. */
+static tpu_status_t wn_forward(tpu_node_t* n) {
+  const tpu_operand_t* v = &n->in[0];
+  wn_shape_t s = wn_shape_of(v, (int)n->ia[0]);
+  double* vd = tpu__pack_alloc(v, TPU_DTYPE_F64);
+  double* scale = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64);
+  double* norm = tpu__calloc(cnt1(s.d), sizeof(double));
+  tpu_status_t st = NULL;
+  if (!vd || !scale || !norm) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < s.d; ++j) {
+      const double* p = vd + (o * s.d + j) * s.inner;
+      double acc = 0;
+      for (int64_t i = 0; i < s.inner; ++i) acc += p[i] * p[i];
+      norm[j] += acc;
+    }
+  for (int64_t j = 0; j < s.d; ++j) {
+    norm[j] = sqrt(norm[j]);
+    scale[j] /= norm[j];
+  }
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < s.d; ++j) {
+      double* p = vd + (o * s.d + j) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) p[i] *= scale[j];
+    }
+  tpu__unpack(&n->out[0], vd, TPU_DTYPE_F64);
+  tpu__unpack(&n->out[1], norm, TPU_DTYPE_F64);
+done:
+  tpu__free(vd); tpu__free(scale); tpu__free(norm);
+  return st;
+}
+
+/* With s_j = sum(grad_w * v) over slice j: grad_g = s / norm and
+ * grad_v = (g / norm) * grad_w - (g * s / norm^3) * v, ATen's formulas. */
+static tpu_status_t wn_backward(tpu_node_t* n) {
+  const tpu_operand_t* v = &n->in[1];
+  wn_shape_t s = wn_shape_of(v, (int)n->ia[0]);
+  double* gw = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  double* vd = tpu__pack_alloc(v, TPU_DTYPE_F64);
+  double* g = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
+  double* norm = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
+  double* sum = tpu__calloc(cnt1(s.d), sizeof(double));
+  tpu_status_t st = NULL;
+  if (!gw || !vd || !g || !norm || !sum) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < s.d; ++j) {
+      const double* gp = gw + (o * s.d + j) * s.inner;
+      const double* vp = vd + (o * s.d + j) * s.inner;
+      double acc = 0;
+      for (int64_t i = 0; i < s.inner; ++i) acc += gp[i] * vp[i];
+      sum[j] += acc;
+    }
+  /* sum becomes grad_g, g becomes a = g / norm, norm becomes b = a * grad_g / norm */
+  for (int64_t j = 0; j < s.d; ++j) {
+    sum[j] /= norm[j];
+    g[j] /= norm[j];
+    norm[j] = g[j] * sum[j] / norm[j];
+  }
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t j = 0; j < s.d; ++j) {
+      double* gp = gw + (o * s.d + j) * s.inner;
+      const double* vp = vd + (o * s.d + j) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) gp[i] = g[j] * gp[i] - norm[j] * vp[i];
+    }
+  tpu__unpack(&n->out[0], gw, TPU_DTYPE_F64);
+  tpu__unpack(&n->out[1], sum, TPU_DTYPE_F64);
+done:
+  tpu__free(gw); tpu__free(vd); tpu__free(g); tpu__free(norm); tpu__free(sum);
+  return st;
+}
+
+/* ---- group norm ---------------------------------------------------------------------- */
+
+/* Dense (N, C, HxW) data: row r = n * group + k is the contiguous block of the
+ * C / group channels of group k in sample n. */
+typedef struct gn_s {
+  double* x;       /* forward: x, overwritten with y; backward: x */
+  double* dy;      /* backward: dy, overwritten with dx */
+  const double *w, *b;
+  double *mean, *rstd;
+  double *ds, *db; /* backward: per (n, c) sums of dy * x and dy */
+  int64_t c, hw, groups, d;
+  double eps;
+  bool want_dx;
+} gn_t;
+
+static tpu_status_t gn_fwd_rows(void* arg, int64_t r0, int64_t r1, int tid) {
+  gn_t* G = arg;
+  int64_t m = G->d * G->hw;
+  for (int64_t r = r0; r < r1; ++r) {
+    double* p = G->x + r * m;
+    double sum = 0, sq = 0;
+    for (int64_t i = 0; i < m; ++i) sum += p[i];
+    double mean = sum / (double)m;
+    for (int64_t i = 0; i < m; ++i) sq += (p[i] - mean) * (p[i] - mean);
+    double var = sq / (double)m;
+    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + G->eps);
+    G->mean[r] = mean;
+    G->rstd[r] = rstd;
+    int64_t c0 = (r % G->groups) * G->d;
+    for (int64_t c = 0; c < G->d; ++c) {
+      double scale = rstd * (G->w ? G->w[c0 + c] : 1.0);
+      double shift = (G->b ? G->b[c0 + c] : 0.0) - mean * scale;
+      double* q = p + c * G->hw;
+      for (int64_t i = 0; i < G->hw; ++i) q[i] = q[i] * scale + shift;
+    }
+  }
+  return NULL;
+}
+
+static tpu_status_t gn_forward(tpu_node_t* n) {
+  const tpu_operand_t* x = &n->in[0];
+  int64_t N = n->ia[0], C = n->ia[1], HW = n->ia[2], groups = n->ia[3], rows = N * groups;
+  gn_t G = {0};
+  G.c = C; G.hw = HW; G.groups = groups; G.d = C / groups; G.eps = n->da[0];
+  void* buf[5] = {0};
+  G.mean = buf[0] = tpu__malloc(sizeof(double) * cnt1(rows));
+  G.rstd = buf[1] = tpu__malloc(sizeof(double) * cnt1(rows));
+  bool has_w = present(&n->in[1]), has_b = present(&n->in[2]);
+  G.w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
+  G.b = has_b ? (buf[3] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
+  G.x = buf[4] = tpu__pack_alloc(x, TPU_DTYPE_F64);
+  tpu_status_t st = NULL;
+  if (!G.mean || !G.rstd || (has_w && !G.w) || (has_b && !G.b) || !G.x) { st = TPU_HOST_NOMEM(); goto done; }
+  int64_t total = tpu__operand_numel(x);
+  if (total == 0) {
+    /* ATen: zero means and NaN rstd for an empty input */
+    for (int64_t r = 0; r < rows; ++r) { G.mean[r] = 0; G.rstd[r] = NAN; }
+  } else {
+    st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / cnt1(total / rows) + 1, gn_fwd_rows, &G)
+             : gn_fwd_rows(&G, 0, rows, 0);
+    if (st) goto done;
+    tpu__unpack(&n->out[0], G.x, TPU_DTYPE_F64);
+  }
+  tpu__unpack(&n->out[1], G.mean, TPU_DTYPE_F64);
+  tpu__unpack(&n->out[2], G.rstd, TPU_DTYPE_F64);
+done:
+  for (int i = 0; i < 5; ++i) tpu__free(buf[i]);
+  return st;
+}
+
+/* Per row (n, group k) with M = d * HxW elements, xhat = (x - mean) * rstd and per-channel
+ * sums ds_c = sum(dy * x), db_c = sum(dy):
+ *   dx = rstd * w_c * dy - rstd * db_k / M - (x - mean) * rstd^3 * (ds_k - mean * db_k) / M
+ * where ds_k = sum_c w_c ds_c and db_k = sum_c w_c db_c (the layer-norm formula over the
+ * group, with the per-channel weight inside). */
+static tpu_status_t gn_bwd_rows(void* arg, int64_t r0, int64_t r1, int tid) {
+  gn_t* G = arg;
+  int64_t m = G->d * G->hw;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t nn = r / G->groups, c0 = (r % G->groups) * G->d;
+    double* dy = G->dy + r * m;
+    const double* x = G->x + r * m;
+    double dsk = 0, dbk = 0;
+    for (int64_t c = 0; c < G->d; ++c) {
+      const double* dp = dy + c * G->hw;
+      const double* xp = x + c * G->hw;
+      double s = 0, t = 0;
+      for (int64_t i = 0; i < G->hw; ++i) {
+        s += dp[i] * xp[i];
+        t += dp[i];
+      }
+      G->ds[nn * G->c + c0 + c] = s;
+      G->db[nn * G->c + c0 + c] = t;
+      double wc = G->w ? G->w[c0 + c] : 1.0;
+      dsk += s * wc;
+      dbk += t * wc;
+    }
+    if (!G->want_dx) continue;
+    double mean = G->mean[r], rstd = G->rstd[r];
+    double k2 = rstd * rstd * rstd * (dsk - mean * dbk) / (double)m;
+    double k3 = rstd * dbk / (double)m;
+    for (int64_t c = 0; c < G->d; ++c) {
+      double k1 = rstd * (G->w ? G->w[c0 + c] : 1.0);
+      double* dp = dy + c * G->hw;
+      const double* xp = x + c * G->hw;
+      for (int64_t i = 0; i < G->hw; ++i) dp[i] = k1 * dp[i] - k3 - (xp[i] - mean) * k2;
+    }
+  }
+  return NULL;
+}
+
+static tpu_status_t gn_backward(tpu_node_t* n) {
+  int64_t N = n->ia[0], C = n->ia[1], HW = n->ia[2], groups = n->ia[3], rows = N * groups;
+  bool want_dx = !tpu__output_absent(&n->out[0]), want_dw = !tpu__output_absent(&n->out[1]),
+       want_db = !tpu__output_absent(&n->out[2]);
+  int64_t total = tpu__operand_numel(&n->in[1]);
+  void* buf[9] = {0};
+  gn_t G = {0};
+  tpu_status_t st = NULL;
+  double* dw = buf[0] = tpu__calloc(cnt1(C), sizeof(double));
+  double* dbias = buf[1] = tpu__calloc(cnt1(C), sizeof(double));
+  if (!dw || !dbias) { st = TPU_HOST_NOMEM(); goto done; }
+  if (total == 0) {
+    /* ATen: zero gradients for an empty input (dx is empty itself) */
+    if (want_dw) tpu__unpack(&n->out[1], dw, TPU_DTYPE_F64);
+    if (want_db) tpu__unpack(&n->out[2], dbias, TPU_DTYPE_F64);
+    goto done;
+  }
+  G.c = C; G.hw = HW; G.groups = groups; G.d = C / groups; G.want_dx = want_dx;
+  bool has_w = present(&n->in[4]);
+  G.dy = buf[2] = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  G.x = buf[3] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64);
+  G.mean = buf[4] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
+  G.rstd = buf[5] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
+  G.w = has_w ? (buf[6] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
+  G.ds = buf[7] = tpu__malloc(sizeof(double) * cnt1(N * C));
+  G.db = buf[8] = tpu__malloc(sizeof(double) * cnt1(N * C));
+  if (!G.dy || !G.x || !G.mean || !G.rstd || (has_w && !G.w) || !G.ds || !G.db) { st = TPU_HOST_NOMEM(); goto done; }
+  st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
+           ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / cnt1(total / rows) + 1, gn_bwd_rows, &G)
+           : gn_bwd_rows(&G, 0, rows, 0);
+  if (st) goto done;
+  /* parameter gradients: samples in order, so the result does not depend on threads */
+  for (int64_t nn = 0; nn < N; ++nn)
+    for (int64_t c = 0; c < C; ++c) {
+      int64_t r = nn * groups + c / G.d;
+      double ds = G.ds[nn * C + c], db = G.db[nn * C + c];
+      dw[c] += (ds - db * G.mean[r]) * G.rstd[r];
+      dbias[c] += db;
+    }
+  if (want_dx) tpu__unpack(&n->out[0], G.dy, TPU_DTYPE_F64);
+  if (want_dw) tpu__unpack(&n->out[1], dw, TPU_DTYPE_F64);
+  if (want_db) tpu__unpack(&n->out[2], dbias, TPU_DTYPE_F64);
+done:
+  for (int i = 0; i < 9; ++i) tpu__free(buf[i]);
+  return st;
+}
+
 void tpu__host_register_norm(tpu_host_kernel_fn* table) {
   table[TPU_KIND_BATCH_NORM] = bn_forward;
   table[TPU_KIND_BATCH_NORM_BACKWARD] = bn_backward;
+  table[TPU_KIND_WEIGHT_NORM] = wn_forward;
+  table[TPU_KIND_WEIGHT_NORM_BACKWARD] = wn_backward;
+  table[TPU_KIND_GROUP_NORM] = gn_forward;
+  table[TPU_KIND_GROUP_NORM_BACKWARD] = gn_backward;
 }
