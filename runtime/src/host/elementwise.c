@@ -6,13 +6,6 @@
 #include "host/host.h"
 #include "host/vmath.h"
 
-/* float tiles are compiled for AVX-512, AVX2+FMA and the baseline; the loader picks one
- * per function from cpuid (GCC function multiversioning, an ifunc per function). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define TPU_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TPU_ISA_CLONES
-#endif
 
 /* Integer division by zero found inside a tile is raised with tpu__tile_fault() (tile
  * functions cannot return a status; tiles may run on pool threads) and turned into the
@@ -215,7 +208,27 @@ TILE_F(logit, 1, p0 < 0 ? log(a / ((T)1 - a))
 TILE_FI(threshold, 1, a <= p0 ? p1 : a, a <= p0 ? p1 : a)
 
 /* ---- binary ---------------------------------------------------------------------------- */
-TILE_FI(pow, 2, pow(a, b), ipow(a, b))
+/* pow with a scalar exponent takes ATen's shortcuts (x*x for 2, sqrt for 0.5, ...), which
+ * are both what CPU computes and far faster than pow() per element. */
+#define POW_F(T, SFX)                                                                      \
+  TPU_ISA_CLONES static void pow_##SFX(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) { \
+    T* r = o;                                                                              \
+    const T* A = in[0];                                                                    \
+    const T* B = in[1];                                                                    \
+    if (nd->in[1].is_scalar) {                                                             \
+      T e = (T)nd->in[1].scalar_d;                                                         \
+      if (e == 2) { for (int64_t i = 0; i < n; ++i) r[i] = A[i] * A[i]; return; }          \
+      if (e == 3) { for (int64_t i = 0; i < n; ++i) r[i] = A[i] * A[i] * A[i]; return; }   \
+      if (e == (T)0.5) { for (int64_t i = 0; i < n; ++i) r[i] = sqrt(A[i]); return; }      \
+      if (e == (T)-0.5) { for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / sqrt(A[i]); return; } \
+      if (e == -1) { for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / A[i]; return; }         \
+      if (e == -2) { for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / (A[i] * A[i]); return; } \
+    }                                                                                      \
+    for (int64_t i = 0; i < n; ++i) r[i] = pow(A[i], B[i]);                                \
+  }
+POW_F(float, f32)
+POW_F(double, f64)
+TILE_I(pow, 2, ipow(a, b))
 TILE_FI(div_trunc, 2, trunc(a / b), idiv_trunc(a, b))
 TILE_FI(div_floor, 2, FDIV_FLOOR_T(a, b), idiv_floor(a, b))
 TILE_FI(maximum, 2, a != a ? a : b != b ? b : a > b ? a : b, a > b ? a : b)

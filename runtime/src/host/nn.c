@@ -20,6 +20,7 @@
 #include <cblas.h>
 
 #include "host/host.h"
+#include "host/vmath.h"
 
 static int64_t prod(const int64_t* s, int from, int to) {
   int64_t n = 1;
@@ -472,7 +473,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     else                                                                                       \
       fn(C, 0, L, 0);                                                                          \
   }                                                                                            \
-  static tpu_status_t sm_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
+  TPU_ISA_CLONES static tpu_status_t sm_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
     sm_ctx_##SFX* C = arg;                                                                     \
     int64_t S = C->S;                                                                          \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
@@ -485,13 +486,15 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
         continue;                                                                              \
       }                                                                                        \
       T s = 0;                                                                                 \
-      for (int64_t j = 0; j < S; ++j) { row[j] = EXP(row[j] - mx); s += row[j]; }              \
-      for (int64_t j = 0; j < S; ++j) row[j] /= s;                                             \
+      for (int64_t j = 0; j < S; ++j) row[j] = EXP(row[j] - mx); /* vectorizes */            \
+      for (int64_t j = 0; j < S; ++j) s += row[j];                                             \
+      T inv = (T)1 / s; /* ATen's softmax also scales by the reciprocal */                    \
+      for (int64_t j = 0; j < S; ++j) row[j] *= inv;                                           \
       C->lse[i] = mx + LOG(s);                                                                 \
     }                                                                                          \
     return NULL;                                                                               \
   }                                                                                            \
-  static tpu_status_t p_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {               \
+  TPU_ISA_CLONES static tpu_status_t p_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {               \
     sm_ctx_##SFX* C = arg;                                                                     \
     int64_t S = C->S;                                                                          \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
@@ -501,7 +504,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     }                                                                                          \
     return NULL;                                                                               \
   }                                                                                            \
-  static tpu_status_t ds_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
+  TPU_ISA_CLONES static tpu_status_t ds_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
     sm_ctx_##SFX* C = arg;                                                                     \
     int64_t S = C->S, Ev = C->Ev;                                                              \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
@@ -641,7 +644,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     return NULL;                                                                               \
   }
 
-SDPA_DEFINE(float, f32, scipy_cblas_sgemm, TPU_DTYPE_F32, expf, logf)
+SDPA_DEFINE(float, f32, scipy_cblas_sgemm, TPU_DTYPE_F32, tpu__vexpf, logf)
 SDPA_DEFINE(double, f64, scipy_cblas_dgemm, TPU_DTYPE_F64, exp, log)
 
 static tpu_status_t sdpa_kernel(tpu_node_t* n) {

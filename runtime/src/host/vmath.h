@@ -13,6 +13,15 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Hot float loops are compiled for AVX-512, AVX2+FMA and the baseline; the loader picks
+ * one per function from cpuid (GCC function multiversioning, an ifunc per function).
+ * Plain C11 does not contract a*b+c into FMA, so every variant computes the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define TPU_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TPU_ISA_CLONES
+#endif
+
 static inline float tpu__f32_from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* e^x: x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial, 2^n built in two
