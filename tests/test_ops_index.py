@@ -1,6 +1,7 @@
 """Index and shape ops on tpu against PyTorch CPU: gather/scatter family, index_select,
 index_add/index_copy, advanced indexing and index_put, masked ops, nonzero, cat, flip,
-roll, repeat, constant_pad_nd, tril/triu, sort/topk, arange, eye.
+roll, repeat, constant_pad_nd, tril/triu, sort/topk, arange, eye, linspace/logspace,
+searchsorted/bucketize, isin, repeat_interleave.
 
 Each test runs the op on CPU and on tpu from the same inputs (all dtypes the backend
 supports; plain, in-place and out= forms; broadcasting; non-contiguous inputs), checks
@@ -21,7 +22,8 @@ NUMERIC = [d for d in DTYPES if d is not torch.bool]
 NATIVE = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", "index_add",
           "index_copy", "index", "_index_put_impl", "masked_select", "masked_scatter", "nonzero",
           "cat", "flip", "roll", "repeat", "constant_pad_nd", "tril", "triu", "sort", "topk",
-          "arange", "eye"}
+          "arange", "eye", "linspace", "logspace", "searchsorted", "bucketize", "isin",
+          "repeat_interleave"}
 
 
 def _ours(key):
@@ -433,3 +435,237 @@ def test_arange_default_dtypes():
     same(torch.arange(5, device="tpu"), torch.arange(5))
     same(torch.arange(0.5, 3, device="tpu"), torch.arange(0.5, 3))
     same(torch.eye(2, dtype=torch.bool, device="tpu"), torch.eye(2, dtype=torch.bool))
+
+
+# ---- linspace / logspace ---------------------------------------------------------------------
+
+RANGES = [(0, 1), (-3.3, 7.1), (5, -2), (0.1, 0.7), (-7, 9), (2, 2), (1e-3, 1e3), (-100, 100.5)]
+STEPS = [0, 1, 2, 3, 16, 17, 33, 100, 1001, 40000]  # 40000: CPU splits it across threads
+
+
+def exact(actual, expected):
+    assert actual.device.type == "tpu"
+    a = actual.cpu()
+    assert a.dtype == expected.dtype and a.shape == expected.shape
+    assert torch.equal(a.isnan(), expected.isnan()) if a.is_floating_point() else True
+    ok = ~expected.isnan() if a.is_floating_point() else torch.ones_like(a, dtype=torch.bool)
+    assert torch.equal(a[ok], expected[ok]), (a, expected)
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_linspace_bit_exact(dtype):
+    """CPU's two-sided formula (count up from start, down from end), its fused
+    multiply-adds for float/double, Half/BFloat16 rounding of every step, truncation for
+    integers: the tpu result is identical, not just close."""
+    for start, end in RANGES:
+        if not dtype.is_floating_point:
+            lo = 0 if dtype is torch.uint8 else -100
+            start, end = max(lo, min(start, 120)), max(lo, min(end, 120))
+        for steps in STEPS:
+            exact(torch.linspace(start, end, steps, dtype=dtype, device="tpu"),
+                  torch.linspace(start, end, steps, dtype=dtype))
+    if not dtype.is_floating_point:  # integer ends of a float dtype, float ends of an int one
+        exact(torch.linspace(3, 90, 7, dtype=dtype, device="tpu"), torch.linspace(3, 90, 7, dtype=dtype))
+        exact(torch.linspace(2.5, 70.9, 9, dtype=dtype, device="tpu"), torch.linspace(2.5, 70.9, 9, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+@pytest.mark.parametrize("base", [10.0, 2.0, 0.5, 1.7])
+def test_logspace_bit_exact(dtype, base):
+    for start, end in [(0, 3), (-2, 2), (3, -1.5), (0.25, 0.75), (1, 1)]:
+        if dtype is torch.uint8:
+            start, end = abs(start), abs(end)
+        for steps in [0, 1, 2, 5, 16, 33, 100]:
+            def run(dev, steps=steps, start=start, end=end):
+                return torch.logspace(start, end, steps, base=base, dtype=dtype, device=dev)
+            try:
+                want = run("cpu")
+            except RuntimeError:  # one step filled with a value out of the dtype's range
+                same_error(lambda: run("cpu"), lambda: run("tpu"))
+                continue
+            exact(run("tpu"), want)
+
+
+def test_linspace_logspace_out_and_tensor_forms():
+    want = torch.linspace(-1, 2, 6)
+    out = tpu(torch.empty(0))
+    assert torch.linspace(-1, 2, 6, out=out) is out
+    exact(out, want)
+    out = tpu(torch.empty(2, 3))  # already 6 elements: CPU keeps the shape
+    torch.linspace(-1, 2, 6, out=out)
+    exact(out, torch.linspace(-1, 2, 6, out=torch.empty(2, 3)))
+    base = tpu(torch.zeros(6, 2))
+    torch.logspace(-1, 2, 6, base=3.0, out=base[:, 1])  # a non-contiguous out
+    exact(base[:, 1], torch.logspace(-1, 2, 6, base=3.0))
+    exact(base[:, 0], torch.zeros(6))
+    # 0-dim tensor ends: PyTorch reads them with item() and calls linspace.out
+    s, e = torch.tensor(0.5), torch.tensor(4.0)
+    exact(torch.linspace(tpu(s), tpu(e), 9, device="tpu"), torch.linspace(s, e, 9))
+    exact(torch.linspace(tpu(s), 3, 9, device="tpu"), torch.linspace(s, 3, 9))
+    exact(torch.logspace(1, tpu(e), 5, device="tpu"), torch.logspace(1, e, 5))
+    exact(torch.linspace(1, 1, 1, dtype=torch.bool, device="tpu"), torch.linspace(1, 1, 1, dtype=torch.bool))
+    exact(torch.logspace(2, 5, 1, dtype=torch.bool, device="tpu"), torch.logspace(2, 5, 1, dtype=torch.bool))
+
+
+def test_linspace_logspace_errors():
+    for fn in (torch.linspace, torch.logspace):
+        same_error(lambda: fn(0, 1, -1), lambda: fn(0, 1, -1, device="tpu"))
+        same_error(lambda: fn(-1.5, 3, 4, dtype=torch.uint8), lambda: fn(-1.5, 3, 4, dtype=torch.uint8, device="tpu"))
+        same_error(lambda: fn(0, 7e4, 4, dtype=torch.half), lambda: fn(0, 7e4, 4, dtype=torch.half, device="tpu"))
+        same_error(lambda: fn(0, 300, 4, dtype=torch.int8), lambda: fn(0, 300, 4, dtype=torch.int8, device="tpu"))
+        same_error(lambda: fn(torch.zeros(2), 1, 3), lambda: fn(tpu(torch.zeros(2)), 1, 3, device="tpu"))
+    same_error(lambda: torch.logspace(10, 20, 1, dtype=torch.int8),
+               lambda: torch.logspace(10, 20, 1, dtype=torch.int8, device="tpu"))
+    # Bool has no CPU kernel past one step: the builder sends it to the CPU fallback,
+    # which raises CPU's NotImplementedError
+    same_error(lambda: torch.linspace(0, 1, 3, dtype=torch.bool),
+               lambda: torch.linspace(0, 1, 3, dtype=torch.bool, device="tpu"))
+    torchtpu.reset_fallback_report()
+
+
+# ---- searchsorted / bucketize -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_searchsorted_bucketize(dtype):
+    g = torch.Generator().manual_seed(3)
+    bd = make((9,), dtype, seed=1).sort().values
+    bd2 = make((3, 7), dtype, seed=2).sort(dim=-1).values
+    v = make((4, 5), dtype, seed=3, low=-7, high=7)
+    v2 = make((3, 6), dtype, seed=4, low=-7, high=7)
+    for right in (False, True):
+        for out_int32 in (False, True):
+            kw = dict(right=right, out_int32=out_int32)
+            same(torch.searchsorted(tpu(bd), tpu(v), **kw), torch.searchsorted(bd, v, **kw), atol=0, rtol=0)
+            same(torch.searchsorted(tpu(bd2), tpu(v2), **kw), torch.searchsorted(bd2, v2, **kw), atol=0, rtol=0)
+            same(torch.bucketize(tpu(v), tpu(bd), **kw), torch.bucketize(v, bd, **kw), atol=0, rtol=0)
+            same(torch.bucketize(tpu(v.t()), tpu(bd), **kw), torch.bucketize(v.t(), bd, **kw), atol=0, rtol=0)
+        side = "right" if right else "left"
+        same(torch.searchsorted(tpu(bd), 2, side=side), torch.searchsorted(bd, 2, side=side), atol=0, rtol=0)
+        same(torch.bucketize(3, tpu(bd), right=right), torch.bucketize(3, bd, right=right), atol=0, rtol=0)
+        # an unsorted sequence with its sorter
+        un = make((3, 7), dtype, seed=5)
+        sorter = un.argsort(dim=-1, stable=True)
+        same(torch.searchsorted(tpu(un), tpu(v2), sorter=tpu(sorter), side=side),
+             torch.searchsorted(un, v2, sorter=sorter, side=side), atol=0, rtol=0)
+    # values of another dtype compare in the promoted dtype
+    vf = torch.rand((4, 5), generator=g, dtype=torch.float64) * 10 - 5
+    same(torch.searchsorted(tpu(bd), tpu(vf)), torch.searchsorted(bd, vf), atol=0, rtol=0)
+    same(torch.bucketize(2.5, tpu(bd)), torch.bucketize(2.5, bd), atol=0, rtol=0)
+    out = tpu(torch.empty(0, dtype=torch.int32))
+    assert torch.searchsorted(tpu(bd), tpu(v), out_int32=True, out=out) is out
+    same(out, torch.searchsorted(bd, v, out_int32=True), atol=0, rtol=0)
+
+
+def test_searchsorted_nan_and_edges():
+    bd = torch.tensor([1.0, 2.0, 2.0, float("nan")])
+    v = torch.tensor([[float("nan"), 2.0, -float("inf"), float("inf"), 1.5]])
+    for side in ("left", "right"):
+        same(torch.searchsorted(tpu(bd), tpu(v), side=side), torch.searchsorted(bd, v, side=side), atol=0, rtol=0)
+    e = torch.empty(0)
+    same(torch.searchsorted(tpu(e), tpu(v)), torch.searchsorted(e, v), atol=0, rtol=0)
+    same(torch.bucketize(tpu(e), tpu(bd)), torch.bucketize(e, bd), atol=0, rtol=0)
+
+
+def test_searchsorted_errors():
+    bd, v = torch.arange(5.0), torch.tensor([1.5, 3.0])
+    b2 = torch.arange(6.0).reshape(2, 3)
+    for fc, ft in [
+        (lambda: torch.bucketize(v, b2), lambda: torch.bucketize(tpu(v), tpu(b2))),
+        (lambda: torch.searchsorted(bd, v, side="mid"), lambda: torch.searchsorted(tpu(bd), tpu(v), side="mid")),
+        (lambda: torch.searchsorted(bd, v, side="left", right=True),
+         lambda: torch.searchsorted(tpu(bd), tpu(v), side="left", right=True)),
+        (lambda: torch.searchsorted(b2, 1.0), lambda: torch.searchsorted(tpu(b2), 1.0)),
+        (lambda: torch.searchsorted(b2, torch.ones(3, 1)), lambda: torch.searchsorted(tpu(b2), tpu(torch.ones(3, 1)))),
+        (lambda: torch.searchsorted(torch.tensor(1.0), v), lambda: torch.searchsorted(tpu(torch.tensor(1.0)), tpu(v))),
+        (lambda: torch.searchsorted(bd, v, out=torch.empty(2, dtype=torch.int32)),
+         lambda: torch.searchsorted(tpu(bd), tpu(v), out=tpu(torch.empty(2, dtype=torch.int32)))),
+        (lambda: torch.searchsorted(bd, v, sorter=torch.arange(5, dtype=torch.int32)),
+         lambda: torch.searchsorted(tpu(bd), tpu(v), sorter=tpu(torch.arange(5, dtype=torch.int32)))),
+        (lambda: torch.searchsorted(bd, v, sorter=torch.tensor([0, 1, 2, 3, 9])),  # found at run time
+         lambda: torch.searchsorted(tpu(bd), tpu(v), sorter=tpu(torch.tensor([0, 1, 2, 3, 9])))),
+    ]:
+        same_error(fc, ft)
+
+
+# ---- isin -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", NUMERIC)
+def test_isin(dtype):
+    """Both of CPU's algorithms: a few test elements (compared one by one in
+    result_type) and many (sorted together; with assume_unique=True and repeated values
+    CPU marks adjacent duplicates, which the kernel reproduces)."""
+    x = make((4, 6), dtype, seed=1)
+    for n_test in (0, 1, 3, 30, 200):
+        t = make((n_test,), dtype, seed=2)
+        for unique in (False, True):
+            for invert in (False, True):
+                kw = dict(assume_unique=unique, invert=invert)
+                same(torch.isin(tpu(x), tpu(t), **kw), torch.isin(x, t, **kw))
+                same(torch.isin(tpu(x.t()), tpu(t), **kw), torch.isin(x.t(), t, **kw))
+    same(torch.isin(tpu(x), 3), torch.isin(x, 3))
+    same(torch.isin(tpu(x), 2.5, invert=True), torch.isin(x, 2.5, invert=True))
+    t = make((40,), dtype, seed=3)
+    same(torch.isin(2, tpu(t)), torch.isin(2, t))
+    same(torch.isin(2, tpu(t[:3])), torch.isin(2, t[:3]))
+    out = tpu(torch.empty(0, dtype=torch.bool))
+    assert torch.isin(tpu(x), tpu(t), out=out) is out
+    same(out, torch.isin(x, t))
+
+
+def test_isin_mixed_dtypes_and_nan():
+    x = torch.tensor([0.0, -0.0, 1.5, float("nan"), 3.0, 2 ** 24 + 1.0], dtype=torch.float64)
+    for t in [torch.tensor([0.0, float("nan"), 3]), torch.tensor([3, 2 ** 24 + 1]),
+              torch.arange(100, dtype=torch.float32) * 0.5, torch.tensor(3.0, dtype=torch.float16)]:
+        for unique in (False, True):
+            same(torch.isin(tpu(x), tpu(t), assume_unique=unique), torch.isin(x, t, assume_unique=unique))
+            same(torch.isin(tpu(t), tpu(x), assume_unique=unique), torch.isin(t, x, assume_unique=unique))
+    i = torch.arange(10)
+    same(torch.isin(tpu(i), 3.0), torch.isin(i, 3.0))
+    same(torch.isin(tpu(i), tpu(torch.tensor([2.5, 3.0]))), torch.isin(i, torch.tensor([2.5, 3.0])))
+
+
+def test_isin_errors():
+    b, i = torch.tensor([True, False]), torch.arange(3)
+    same_error(lambda: torch.isin(b, b), lambda: torch.isin(tpu(b), tpu(b)))
+    same_error(lambda: torch.isin(i, True), lambda: torch.isin(tpu(i), True))
+    same_error(lambda: torch.isin(i, i, out=torch.empty(3)), lambda: torch.isin(tpu(i), tpu(i), out=tpu(torch.empty(3))))
+
+
+# ---- repeat_interleave ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rdtype", [torch.int64, torch.int32])
+def test_repeat_interleave(rdtype):
+    r = torch.tensor([2, 0, 3, 1], dtype=rdtype)
+    same(torch.repeat_interleave(tpu(r)), torch.repeat_interleave(r))
+    same(torch.repeat_interleave(tpu(r), output_size=6), torch.repeat_interleave(r, output_size=6))
+    e = torch.empty(0, dtype=rdtype)
+    same(torch.repeat_interleave(tpu(e)), torch.repeat_interleave(e))
+    same(torch.repeat_interleave(tpu(torch.zeros(3, dtype=rdtype))), torch.repeat_interleave(torch.zeros(3, dtype=rdtype)))
+    x = make((4, 3), torch.float32)
+    same(torch.repeat_interleave(tpu(x), tpu(r), dim=0), torch.repeat_interleave(x, r, dim=0))
+    same(torch.repeat_interleave(tpu(x), 2, dim=1), torch.repeat_interleave(x, 2, dim=1))
+    same(torch.repeat_interleave(tpu(x), 3), torch.repeat_interleave(x, 3))
+    same(tpu(x).repeat_interleave(tpu(r[:3]), dim=1, output_size=5),
+         x.repeat_interleave(r[:3], dim=1, output_size=5))
+
+
+def test_repeat_interleave_backward():
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    xt = tpu(x.detach()).requires_grad_()
+    r = torch.tensor([1, 0, 2, 3])
+    g = torch.randn(6, 3, dtype=torch.float64)
+    (gc,) = torch.autograd.grad(torch.repeat_interleave(x, r, dim=0), x, g)
+    (gt,) = torch.autograd.grad(torch.repeat_interleave(xt, tpu(r), dim=0), xt, tpu(g))
+    same(gt, gc)
+
+
+def test_repeat_interleave_errors():
+    r = torch.tensor([1, -2, 3])
+    same_error(lambda: torch.repeat_interleave(r), lambda: torch.repeat_interleave(tpu(r)))
+    same_error(lambda: torch.repeat_interleave(r.reshape(1, 3)), lambda: torch.repeat_interleave(tpu(r).reshape(1, 3)))
+    ok = torch.tensor([1, 2])  # output_size disagrees: found by the kernel, raised at the sync
+    same_error(lambda: torch.repeat_interleave(ok, output_size=4), lambda: torch.repeat_interleave(tpu(ok), output_size=4))
+    same_error(lambda: torch.repeat_interleave(r, output_size=2), lambda: torch.repeat_interleave(tpu(r), output_size=2))

@@ -1,4 +1,5 @@
-"""linalg family on tpu vs PyTorch CPU: matrix products, convolution, 2-d pooling.
+"""linalg family on tpu vs PyTorch CPU: matrix products, triangular solves, convolution,
+2-d pooling.
 
 Every case runs the same call on CPU tensors and on their tpu copies and compares with the
 per-dtype tolerances of tolerances.py; the linalg ops must not go through the CPU
@@ -19,6 +20,7 @@ LINALG_OPS = (
     "aten::mv", "aten::dot", "aten::vdot", "aten::convolution_overrideable",
     "aten::convolution_backward_overrideable", "aten::max_pool2d_with_indices",
     "aten::avg_pool2d", "aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d",
+    "aten::linalg_solve_triangular", "aten::triangular_solve",
 )
 
 
@@ -341,3 +343,106 @@ def test_pool_errors():
     _same_error(F.adaptive_avg_pool2d, o(1, 1, 0, 4), 2)
     _same_error(torch.ops.aten.max_pool2d_with_indices_backward, o(1, 1, 3, 2), o(1, 1, 4, 4),
                 [2], [2], [0], [1], False, torch.zeros(1, 1, 2, 2, dtype=torch.long))
+
+
+# ---- triangular solves ----------------------------------------------------------------------
+
+
+def triangular(shape, dtype, gen, upper):
+    """A well-conditioned triangular matrix (a dominant diagonal)."""
+    a = make(shape, dtype, gen) * 0.3 + 3 * torch.eye(shape[-1], dtype=dtype)
+    return a.triu() if upper else a.tril()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular(dtype, upper, left, unit, gen, native):
+    for a_batch, b_batch in [((), ()), ((3,), (3,)), ((2, 1), (4,)), ((), (2, 3)), ((1,), ())]:
+        a = triangular(a_batch + (5, 5), dtype, gen, upper)
+        b = make(b_batch + ((5, 3) if left else (3, 5)), dtype, gen)
+        kw = dict(upper=upper, left=left, unitriangular=unit)
+        want = torch.linalg.solve_triangular(a, b, **kw)
+        got = torch.linalg.solve_triangular(tpu(a), tpu(b), **kw)
+        assert got.shape == want.shape
+        assert_close(got, want, dtype)
+    # non-contiguous operands, the other triangle ignored, B of another dtype (cast to A's)
+    a = make((5, 5), dtype, gen) + 3 * torch.eye(5, dtype=dtype)
+    b = make((7, 5), torch.float64 if dtype is torch.float32 else torch.float32, gen)
+    bb = b.t() if left else b
+    want = torch.linalg.solve_triangular(a.t(), bb, upper=upper, left=left, unitriangular=unit)
+    got = torch.linalg.solve_triangular(tpu(a).t(), tpu(bb), upper=upper, left=left, unitriangular=unit)
+    assert got.dtype == want.dtype
+    assert_close(got, want, dtype)
+    out = tpu(torch.empty(0, dtype=dtype))
+    assert torch.linalg.solve_triangular(tpu(a), tpu(bb).to(dtype), upper=upper, left=left, out=out) is out
+    assert_close(out, torch.linalg.solve_triangular(a, bb.to(dtype), upper=upper, left=left), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve(dtype, upper, transpose, gen, native):
+    a = triangular((2, 4, 4), dtype, gen, upper)
+    b = make((3, 1, 4, 2), dtype, gen)
+    want = torch.triangular_solve(b, a, upper=upper, transpose=transpose)
+    got = torch.triangular_solve(tpu(b), tpu(a), upper=upper, transpose=transpose)
+    assert_close(got.solution, want.solution, dtype)
+    assert_close(got.cloned_coefficient, want.cloned_coefficient, dtype)
+    x, m = tpu(torch.empty(0, dtype=dtype)), tpu(torch.empty(0, dtype=dtype))
+    torch.triangular_solve(tpu(b), tpu(a), upper=upper, transpose=transpose, unitriangular=True, out=(x, m))
+    want = torch.triangular_solve(b, a, upper=upper, transpose=transpose, unitriangular=True)
+    assert_close(x, want.solution, dtype)
+    assert_close(m, want.cloned_coefficient, dtype)
+
+
+def test_solve_triangular_empty_and_singular(native):
+    for a, b in [(torch.zeros(0, 3, 3), torch.zeros(0, 3, 2)), (torch.eye(3), torch.zeros(3, 0)),
+                 (torch.zeros(0, 0), torch.zeros(0, 4))]:
+        want = torch.linalg.solve_triangular(a, b, upper=True)
+        got = torch.linalg.solve_triangular(tpu(a), tpu(b), upper=True)
+        assert got.shape == want.shape
+    a = torch.tensor([[2.0, 1.0], [0.0, 0.0]])  # a zero pivot gives inf/nan, as on CPU
+    b = torch.tensor([[1.0], [1.0]])
+    want = torch.linalg.solve_triangular(a, b, upper=True)
+    assert_close(torch.linalg.solve_triangular(tpu(a), tpu(b), upper=True), want, torch.float32, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_solve_triangular_backward(dtype, gen, native):
+    """The derivative formula is composite over solve_triangular, matmul and triu/tril."""
+    for upper, left in [(True, True), (False, False)]:
+        a = triangular((2, 4, 4), dtype, gen, upper).requires_grad_()
+        b = make((2, 4, 3) if left else (2, 3, 4), dtype, gen).requires_grad_()
+        at, bt = tpu(a.detach()).requires_grad_(), tpu(b.detach()).requires_grad_()
+        want = torch.linalg.solve_triangular(a, b, upper=upper, left=left)
+        got = torch.linalg.solve_triangular(at, bt, upper=upper, left=left)
+        g = make(want.shape, dtype, gen)
+        for x, y in zip(torch.autograd.grad(got, (at, bt), tpu(g)), torch.autograd.grad(want, (a, b), g)):
+            assert_close(x, y, dtype)
+    a = triangular((3, 3), dtype, gen, True).requires_grad_()
+    b = make((3, 2), dtype, gen).requires_grad_()
+    at, bt = tpu(a.detach()).requires_grad_(), tpu(b.detach()).requires_grad_()
+    g = make((3, 2), dtype, gen)
+    want = torch.autograd.grad(torch.triangular_solve(b, a).solution, (a, b), g)
+    got = torch.autograd.grad(torch.triangular_solve(bt, at).solution, (at, bt), tpu(g))
+    for x, y in zip(got, want):
+        assert_close(x, y, dtype)
+
+
+def test_solve_triangular_errors():
+    o = torch.ones
+    st = torch.linalg.solve_triangular
+    _same_error(lambda a, b: st(a, b, upper=True), o(3, 4), o(3, 2))
+    _same_error(lambda a, b: st(a, b, upper=True), o(3), o(3, 2))
+    _same_error(lambda a, b: st(a, b, upper=True), o(3, 3), o(3))
+    _same_error(lambda a, b: st(a, b, upper=True), o(3, 3), o(2, 2))
+    _same_error(lambda a, b: st(a, b, upper=True, left=False), o(3, 3), o(3, 2))
+    _same_error(lambda a, b: st(a, b, upper=True), o(4, 3, 3), o(2, 3, 2))
+    _same_error(lambda a, b: st(a, b, upper=True, out=torch.empty(0, dtype=torch.float64, device=a.device)),
+                o(3, 3), o(3, 2))
+    _same_error(torch.triangular_solve, o(3), o(3, 3))
+    _same_error(torch.triangular_solve, o(3, 2), o(3, 3, dtype=torch.float64))
+    _same_error(torch.triangular_solve, o(2, 2), o(3, 3))
+    _same_error(torch.triangular_solve, o(3, 2), o(3, 4))

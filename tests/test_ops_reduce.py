@@ -1,5 +1,6 @@
-"""Reduce family on tpu vs PyTorch CPU: reductions, scans, softmax; functional, in-place
-and out= forms, non-contiguous inputs, dtype= arguments, backward, and error classes."""
+"""Reduce family on tpu vs PyTorch CPU: reductions, scans, softmax, histc; functional,
+in-place and out= forms, non-contiguous inputs, dtype= arguments, backward, and error
+classes."""
 import math
 
 import pytest
@@ -31,7 +32,7 @@ REDUCE_OPS = [
     "cumprod_", "cumprod.out", "_logcumsumexp", "_logcumsumexp.out", "cummax", "cummax.out",
     "cummin", "cummin.out", "_softmax", "_softmax.out", "_log_softmax", "_log_softmax.out",
     "_softmax_backward_data", "_softmax_backward_data.out", "_log_softmax_backward_data",
-    "_log_softmax_backward_data.out",
+    "_log_softmax_backward_data.out", "histc", "histc.out",
 ]
 
 
@@ -418,3 +419,109 @@ def test_errors():
     same_error(lambda x: torch.argmax(x, 0, out=torch.empty(0, device=x.device)), f)
     same_error(lambda x: torch.any(x, 0, out=torch.empty(0, device=x.device)), f)
     same_error(lambda x: x.int().cumsum_(0, dtype=torch.float32), f)
+
+
+# ---- histc ------------------------------------------------------------------------------------
+
+
+def bitwise(actual, expected):
+    assert actual.device.type == "tpu"
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    assert torch.equal(actual.cpu(), expected), (actual.cpu(), expected)
+
+
+@pytest.mark.parametrize("dtype", FLOAT)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_histc_float(dtype, layout, native_reduce):
+    """Floating histc equals CPU's exactly: bins from (x - min) * bins / (max - min) in
+    the input dtype's arithmetic, x == max counted in the last bin, values outside (and
+    NaN) dropped, counts kept in the input dtype."""
+    c, d = make((6, 40), dtype, layout, lo=-4, hi=5)
+    for bins, lo, hi in [(10, 0, 0), (7, -1.5, 2.25), (1, -3, 3), (13, 0.1, 0.3), (100, -2, 2), (4, 2, 2)]:
+        bitwise(torch.histc(d, bins=bins, min=lo, max=hi), torch.histc(c, bins=bins, min=lo, max=hi))
+        bitwise(torch.histc(d.round(), bins=bins, min=lo, max=hi), torch.histc(c.round(), bins=bins, min=lo, max=hi))
+    edges = torch.tensor([-1.0, 0.0, 0.5, 1.0, 1.0, 2.0, float("nan"), float("inf")], dtype=dtype)
+    bitwise(torch.histc(edges.to("tpu"), bins=4, min=-1, max=1), torch.histc(edges, bins=4, min=-1, max=1))
+    out = torch.empty(0, dtype=dtype, device="tpu")
+    assert torch.histc(d, bins=5, out=out) is out
+    bitwise(out, torch.histc(c, bins=5))
+    e = torch.empty(0, dtype=dtype)
+    bitwise(torch.histc(e.to("tpu"), bins=3), torch.histc(e, bins=3))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_histc_half_counts_saturate(dtype, native_reduce):
+    """CPU counts in the input dtype: past 256 (bf16) / 2048 (f16) adding 1 rounds away.
+    CPU keeps one partial histogram per thread, so its saturated counts depend on the
+    thread count; the kernel counts in one sequence, as CPU with one thread does."""
+    x = torch.zeros(3000, dtype=dtype)
+    x[::3] = 1
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        want = torch.histc(x, bins=3)
+    finally:
+        torch.set_num_threads(threads)
+    bitwise(torch.histc(x.to("tpu"), bins=3), want)
+
+
+def cuda_histc(x, bins, lo, hi):
+    """CUDA's integer histc (SummaryOps.cu), the reference for integer inputs, which CPU
+    does not implement: bounds narrowed to the dtype, min == max -> data range (then -1/+1),
+    bin = (v - min) * bins // (max - min) in int64, v == max in the last bin."""
+    info = torch.iinfo(x.dtype)
+
+    def narrow(v):
+        return (v - info.min) % (info.max - info.min + 1) + info.min
+    v = x.flatten().tolist()
+    lo, hi = narrow(int(lo)), narrow(int(hi))
+    if int(lo) == int(hi) and v:
+        lo, hi = min(v), max(v)
+    if lo == hi:
+        lo, hi = narrow(lo - 1), narrow(hi + 1)
+    out = [0] * bins
+    for e in v:
+        if lo <= e <= hi:
+            b = (e - lo) * bins // (hi - lo)
+            out[min(b, bins - 1)] += 1
+    return torch.tensor([narrow(o) for o in out], dtype=x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_histc_integer(dtype, native_reduce):
+    """Integer histc as CUDA computes it (output in the input dtype)."""
+    g = torch.Generator().manual_seed(0)
+    lo = 0 if dtype is torch.uint8 else -50
+    x = torch.randint(lo, 60, (300,), generator=g).to(dtype)
+    for bins, a, b in [(10, 0, 0), (7, -5, 40), (3, 1, 2), (16, 0, 15), (5, 2.7, 30.2), (4, 12, 12)]:
+        if dtype is torch.uint8 and a < 0:
+            continue
+        got = torch.histc(x.to("tpu"), bins=bins, min=a, max=b)
+        bitwise(got, cuda_histc(x, bins, a, b))
+    bitwise(torch.histc(x.to("tpu")[::3], bins=6), cuda_histc(x[::3], 6, 0, 0))
+
+
+@pytest.mark.parametrize("experts", [1, 2, 8, 60, 128])
+def test_histc_counts_experts(experts, native_reduce):
+    """The Mixture-of-Experts idiom: histc(ids.int(), bins=E, min=0, max=E-1) counts tokens
+    per expert, equal to CPU's float histc of the same ids and to bincount."""
+    ids = torch.randint(0, experts, (64, 2), generator=torch.Generator().manual_seed(experts))
+    got = torch.histc(ids.int().to("tpu"), bins=experts, min=0, max=experts - 1)
+    assert got.dtype == torch.int32
+    assert torch.equal(got.cpu().long(), torch.bincount(ids.flatten(), minlength=experts))
+    assert torch.equal(got.cpu().float(), torch.histc(ids.float(), bins=experts, min=0, max=experts - 1))
+    got = torch.histc(ids.int().to("tpu"), bins=experts, min=0, max=experts)
+    assert torch.equal(got.cpu().float(), torch.histc(ids.float(), bins=experts, min=0, max=experts))
+
+
+def test_histc_errors():
+    f_c = torch.randn(5)
+    f = (f_c, f_c.to("tpu"))
+    nan_c = torch.tensor([1.0, float("nan")])
+    same_error(lambda x: torch.histc(x, bins=0), f)
+    same_error(lambda x: torch.histc(x, bins=-3), f)
+    same_error(lambda x: torch.histc(x, bins=3, min=2, max=1), f)
+    same_error(lambda x: torch.histc(x, bins=3, min=float("-inf"), max=1), f)
+    same_error(lambda x: torch.histc(x, bins=3, min=0, max=7e4), (f_c.half(), f_c.half().to("tpu")))
+    same_error(lambda x: torch.histc(x, bins=3), (nan_c, nan_c.to("tpu")))  # data range, found at run time
+    same_error(lambda x: torch.histc(x, bins=3, out=torch.empty(3, dtype=torch.float64, device=x.device)), f)

@@ -1,11 +1,13 @@
 /* ATen ops of the index and shape family: gather/scatter, index_select/add/copy,
  * advanced indexing, masked ops, nonzero, cat, flip, roll, repeat, padding, tril/triu,
- * sort/topk, arange, eye.
+ * sort/topk, arange, eye, linspace/logspace, searchsorted/bucketize, isin,
+ * repeat_interleave.
  *
- * Host-read cut points: nonzero, masked_select, and index / _index_put_impl_ with a
- * boolean mask have an output (or an indexing-result) shape that depends on the data.
- * Their builders wait for the device queue and read the tensor through
- * tpu_copy_to_host to count the set elements, exactly as PyTorch CPU/CUDA do
+ * Host-read cut points: nonzero, masked_select, repeat_interleave without output_size,
+ * and index / _index_put_impl_ with a boolean mask have an output (or an
+ * indexing-result) shape that depends on the data. Their builders wait for the device
+ * queue and read the tensor through tpu_copy_to_host to count the set elements (sum
+ * the repeats), exactly as PyTorch CPU/CUDA do
  * (CUDA synchronizes there too). The kernel recounts and fails if the count changed,
  * which only a racing writer on another thread can cause.
  *
@@ -856,6 +858,285 @@ static tpu_status_t build_eye(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- linspace.out / logspace.out ---------------------------------------------------- */
+
+/* c10's spelling of a dtype in "value cannot be converted" messages. */
+static const char* c10_type(tpu_dtype_t t) {
+  switch (t) {
+    case TPU_DTYPE_U8: return "uint8_t";
+    case TPU_DTYPE_I8: return "int8_t";
+    case TPU_DTYPE_I16: return "int16_t";
+    case TPU_DTYPE_I32: return "int";
+    case TPU_DTYPE_I64: return "int64_t";
+    case TPU_DTYPE_F16: return "c10::Half";
+    case TPU_DTYPE_BF16: return "c10::BFloat16";
+    case TPU_DTYPE_F32: return "float";
+    case TPU_DTYPE_F64: return "double";
+    default: return "bool";
+  }
+}
+
+static bool arg_is_float(const tpu_arg_t* a) {
+  return a->kind == TPU_ARG_DOUBLE || (a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_FLOAT);
+}
+
+/* c10's checked Scalar::to<T>(): a float value (is_float, d) or an integer i fits dtype
+ * t. Floating types take inf and NaN; unsigned types take negative integers (they wrap);
+ * bool takes anything. */
+static bool scalar_fits(bool is_float, double d, int64_t i, tpu_dtype_t t) {
+  static const double top[] = {[TPU_DTYPE_U8] = 255, [TPU_DTYPE_I8] = 127, [TPU_DTYPE_I16] = 32767,
+                               [TPU_DTYPE_I32] = 2147483647.0, [TPU_DTYPE_I64] = 0x1p63,
+                               [TPU_DTYPE_F16] = 65504, [TPU_DTYPE_F32] = 0x1.fffffep127,
+                               [TPU_DTYPE_BF16] = 0x1.fep127};
+  if (t == TPU_DTYPE_BOOL || t == TPU_DTYPE_F64) return true;
+  double hi = top[t];
+  if (tpu_dtype_is_floating(t)) return is_float ? !(fabs(d) > hi) || isinf(d) : fabs((double)i) <= hi;
+  double lo = t == TPU_DTYPE_U8 ? 0 : -hi - 1;
+  if (is_float) return d >= lo && d <= hi;
+  if (t == TPU_DTYPE_U8) return i <= 255 && i >= -255;
+  return (double)i >= lo && (double)i <= hi;
+}
+
+static tpu_status_t check_fits(tpu_build_t* b, bool is_float, double d, int64_t i, tpu_dtype_t t) {
+  if (scalar_fits(is_float, d, i, t)) return NULL;
+  return tpu__err(b, TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow", c10_type(t));
+}
+
+/* linspace.out(start, end, steps, *, out) and logspace.out(start, end, steps, base, *,
+ * out); data != NULL means logspace. The functional forms and the Tensor start/end
+ * overloads are composite in PyTorch and arrive here with Scalars (CPU and CUDA read
+ * 0-dim start/end tensors with item()). Node: da[0..1] start/end, ia[1..2] the same as
+ * integers, ia[4] bit 0/1: start/end is an integer; da[2] base; ia[3] logspace. The
+ * result keeps out's shape when it already has `steps` elements, as CPU does. */
+static tpu_status_t build_linspace(tpu_build_t* b) {
+  bool log = b->data != NULL;
+  const tpu_view_t* out = NULL;
+  int64_t steps;
+  double base = 10.0;
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(out_arg(b, log ? 4 : 3, &out));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 0, &n->da[0]));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 1, &n->da[1]));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &steps));
+  if (log) TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 3, 10.0, &base));
+  if (steps < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "number of steps must be non-negative");
+  tpu_dtype_t t = out->dtype;
+  const char* fn = log ? "logspace_cpu" : "linspace_cpu";
+  if (t == TPU_DTYPE_BOOL && steps > 1)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for 'Bool'", fn);
+  bool fl[2];
+  for (int k = 0; k < 2; ++k) {
+    const tpu_arg_t* a = tpu__arg(b, k);
+    fl[k] = arg_is_float(a);
+    n->ia[1 + k] = fl[k] ? 0 : arg_i64(a);
+  }
+  if (steps == 1 && log) {
+    /* fill_(pow(base, start)): the filled value is the checked one */
+    TPU_RETURN_IF_ERROR(check_fits(b, true, pow(base, n->da[0]), 0, t));
+  } else if (steps > 0) {
+    for (int k = 0; k < (steps == 1 ? 1 : 2); ++k)
+      TPU_RETURN_IF_ERROR(check_fits(b, fl[k], n->da[k], n->ia[1 + k], t));
+  }
+  n->kind = TPU_KIND_LINSPACE;
+  n->ia[0] = steps;
+  n->ia[3] = log;
+  n->ia[4] = (int64_t)!fl[0] | (int64_t)!fl[1] << 1;
+  n->da[2] = base;
+  if (tpu_view_numel(out) == steps && out->ndim > 0) tpu__node_add_output(n, t, out->ndim, out->sizes);
+  else tpu__node_add_output(n, t, 1, &steps);
+  return NULL;
+}
+
+/* ---- searchsorted / bucketize ---------------------------------------------------------- */
+
+enum { SS_BUCKETIZE = 1, SS_SCALAR = 2 };
+static const int ss_tensor = 0, ss_scalar = SS_SCALAR, bk_tensor = SS_BUCKETIZE,
+                 bk_scalar = SS_BUCKETIZE | SS_SCALAR;
+
+/* searchsorted.Tensor(sorted_sequence, self, *, out_int32, right, side, sorter),
+ * searchsorted.Scalar, bucketize.Tensor(self, boundaries, *, out_int32, right) and
+ * bucketize.Scalar, with their out= forms. Checks in searchsorted_pre_check's order.
+ * Node: in[0] boundaries, in[1] values (a scalar operand for the Scalar forms), in[2]
+ * sorter or absent; ia[0] right, ia[1] the dtype both are compared in. */
+static tpu_status_t build_searchsorted(tpu_build_t* b) {
+  int flags = *(const int*)b->data;
+  bool bucket = flags & SS_BUCKETIZE;
+  int bi = bucket ? 1 : 0, vi = bucket ? 0 : 1;
+  const tpu_view_t *bd, *v = NULL, *sorter = NULL;
+  bool out_int32, right;
+  const char* side = NULL;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, bi, &bd));
+  /* a CPU 0-dim tensor arrives as a scalar: a 0-dim input */
+  const tpu_arg_t* va = tpu__arg(b, vi);
+  if (!(flags & SS_SCALAR) && !(va && va->kind == TPU_ARG_SCALAR)) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, vi, &v));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &out_int32));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &right));
+  if (!bucket) {
+    const tpu_arg_t* s = tpu__arg(b, 4);
+    if (s && s->kind == TPU_ARG_STRING) side = s->s;
+    if (!tpu__arg_is_none(b, 5)) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 5, &sorter));
+  }
+  if (bucket && bd->ndim != 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "boundaries tensor must be 1 dimension, but got dim(%d)", bd->ndim);
+  const char* who = "torch.searchsorted()";
+  if (side) {
+    if (strcmp(side, "left") && strcmp(side, "right"))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: side can only be 'left' or 'right' but got %s", who, side);
+    if (right && strcmp(side, "right"))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: side and right can't be set to opposites, got side of %s while "
+                      "right was True", who, side);
+    right = !strcmp(side, "right");
+  }
+  char s1[256], s2[256];
+  if (sorter) {
+    bool same = sorter->ndim == bd->ndim;
+    for (int d = 0; same && d < bd->ndim; ++d) same = sorter->sizes[d] == bd->sizes[d];
+    if (!same) {
+      tpu__fmt_shape(s1, sizeof s1, bd->ndim, bd->sizes);
+      tpu__fmt_shape(s2, sizeof s2, sorter->ndim, sorter->sizes);
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: boundary and sorter must have the same size, but got boundary "
+                      "tensor %sand got sorter tensor %s", who, s1, s2);
+    }
+    if (sorter->dtype != TPU_DTYPE_I64)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: sorter must be a tensor of long dtype but got dtype %s", who,
+                      tpu__dtype_c10_name(sorter->dtype));
+  }
+  int vnd = v ? v->ndim : 0;
+  if (vnd == 0 && bd->ndim != 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: input value can be a scalar only when boundaries tensor dimension "
+                    "is 1, but we got boundaries tensor dim(%d) and input value's dim(0) numel(1)", who, bd->ndim);
+  if (bd->ndim == 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: boundaries tensor should have positive dimension, but got 0 "
+                    "dimension", who);
+  bool match = bd->ndim == 1 || bd->ndim == vnd;
+  for (int d = 0; match && bd->ndim > 1 && d + 1 < bd->ndim; ++d) match = bd->sizes[d] == v->sizes[d];
+  if (!match) {
+    tpu__fmt_shape(s1, sizeof s1, bd->ndim, bd->sizes);
+    tpu__fmt_shape(s2, sizeof s2, vnd, v ? v->sizes : NULL);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: boundaries tensor should be 1 dimension or the first N-1 "
+                    "dimensions of boundaries tensor and input value tensor must match, but we got boundaries "
+                    "tensor %s and input value tensor %s", who, s1, s2);
+  }
+  tpu_dtype_t want = out_int32 ? TPU_DTYPE_I32 : TPU_DTYPE_I64;
+  const tpu_view_t* out = NULL;
+  if (b->variant == TPU_VARIANT_OUT) {
+    TPU_RETURN_IF_ERROR(out_arg(b, b->nargs - 1, &out));
+    if (out->dtype != want)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: output tensor's dtype is wrong, it can only be Int(int32) or "
+                      "Long(int64) depending on whether out_int32 flag is True, but we got output tensor's dtype %s "
+                      "and out_int32 flag is %s", who, tpu__dtype_c10_name(out->dtype), out_int32 ? "True" : "False");
+  }
+  if (out_int32 && bd->sizes[bd->ndim - 1] >= 2147483647)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: the size of boundaries' last dimension should be less than "
+                    "2147483647, but we got %lld", who, (long long)bd->sizes[bd->ndim - 1]);
+  int idx[2] = {bi, vi};
+  tpu_dtype_t common = tpu__result_type(b, idx, 2);
+  if (common == TPU_DTYPE_BOOL)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"searchsorted_out_cpu\" not implemented for 'Bool'");
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, bd));
+  TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, vi));
+  if (sorter) TPU_RETURN_IF_ERROR(tpu__node_add_input(n, sorter));
+  else TPU_RETURN_IF_ERROR(tpu__node_add_absent(n));
+  n->kind = TPU_KIND_SEARCHSORTED;
+  n->ia[0] = right;
+  n->ia[1] = common;
+  tpu__node_add_output(n, want, vnd, v ? v->sizes : NULL);
+  return NULL;
+}
+
+/* ---- isin ------------------------------------------------------------------------------ */
+
+enum { ISIN_TT = 0, ISIN_TS = 1, ISIN_ST = 2 };
+static const int isin_tt = ISIN_TT, isin_ts = ISIN_TS, isin_st = ISIN_ST;
+
+/* isin.Tensor_Tensor(elements, test_elements, *, assume_unique, invert), isin.Tensor_Scalar,
+ * isin.Scalar_Tensor and their out= forms. CPU compares each element with every test
+ * element in result_type(elements, test_elements) when the test set is small (numpy's
+ * heuristic), else sorts both in their promoted dtype; with assume_unique it then marks
+ * the element of each adjacent equal pair, which differs from membership when the
+ * inputs repeat. The kernel reproduces both. Node: in[0] elements, in[1] test elements
+ * (either may be a scalar operand); ia[0] invert, ia[1] the comparison dtype, ia[2] 1
+ * for the sorting path with assume_unique. */
+static tpu_status_t build_isin(tpu_build_t* b) {
+  int form = *(const int*)b->data;
+  const tpu_view_t *el = NULL, *te = NULL;
+  bool unique, invert;
+  if (form != ISIN_ST) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &el));
+  if (form != ISIN_TS) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &te));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &unique));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &invert));
+  for (int k = 0; k < 2; ++k) {
+    const tpu_arg_t* a = tpu__arg(b, k);
+    if (!a || a->kind == TPU_ARG_NONE) return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be a Tensor or Number", k);
+    if (tpu__arg_dtype(a) == TPU_DTYPE_BOOL)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Unsupported input type encountered for isin(): Bool");
+  }
+  if (b->variant == TPU_VARIANT_OUT) {
+    const tpu_view_t* out;
+    TPU_RETURN_IF_ERROR(out_arg(b, b->nargs - 1, &out));
+    if (out->dtype != TPU_DTYPE_BOOL)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype bool, but got %s instead",
+                      tpu_dtype_name(out->dtype));
+  }
+  int64_t ne = el ? tpu_view_numel(el) : 1, nt = te ? tpu_view_numel(te) : 1;
+  int idx[2] = {0, 1};
+  tpu_dtype_t common = tpu__result_type(b, idx, 2);
+  bool sorting = form != ISIN_TS && ne > 0 && !(nt < (int64_t)(10.0f * pow((double)ne, 0.145)));
+  if (sorting) /* both are flattened to 1-d and concatenated: plain promotion */
+    common = tpu__promote(tpu__arg_dtype(tpu__arg(b, 0)), tpu__arg_dtype(tpu__arg(b, 1)));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, 0));
+  TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, 1));
+  n->kind = TPU_KIND_ISIN;
+  n->ia[0] = invert;
+  n->ia[1] = common;
+  n->ia[2] = sorting && unique;
+  tpu__node_add_output(n, TPU_DTYPE_BOOL, el ? el->ndim : 0, el ? el->sizes : NULL);
+  return NULL;
+}
+
+/* ---- repeat_interleave ------------------------------------------------------------------- */
+
+/* repeat_interleave.Tensor(repeats, *, output_size=None): [0]*r0 + [1]*r1 + ... in repeats'
+ * dtype. Without output_size the length depends on the data: the builder reads repeats
+ * back (a host-read cut point, as nonzero; CPU and CUDA synchronize there too) and the
+ * kernel checks the sum again. The self_int/self_Tensor forms are composite over this
+ * and index_select. Node: in[0] repeats; ia[0] the output length. */
+static tpu_status_t build_repeat_interleave(tpu_build_t* b) {
+  const tpu_view_t* r;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &r));
+  if (!is_index_dtype(r->dtype))
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"repeat_interleave_cpu\" not implemented for '%s'",
+                    tpu__dtype_c10_name(r->dtype));
+  if (r->ndim != 1) return tpu__err(b, TPU_INVALID_ARGUMENT, "repeat_interleave only accept 1D vector as repeat");
+  int64_t total = 0, n = r->sizes[0];
+  if (!tpu__arg_is_none(b, 1)) {
+    TPU_RETURN_IF_ERROR(tpu__arg_int(b, 1, &total));
+  } else if (n > 0) {
+    bool wide = r->dtype == TPU_DTYPE_I64;
+    void* buf = tpu__malloc((size_t)n * (wide ? 8 : 4));
+    if (!buf) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+    tpu_status_t st = tpu_copy_to_host(r, buf);
+    bool neg = false;
+    for (int64_t i = 0; !st && i < n; ++i) {
+      int64_t v = wide ? ((int64_t*)buf)[i] : ((int32_t*)buf)[i];
+      total += v;
+      neg |= v < 0;
+    }
+    tpu__free(buf);
+    if (st) return tpu_status_annotate(st, "%s: reading repeats", b->name);
+    if (neg) return tpu__err(b, TPU_INVALID_ARGUMENT, "repeats can not be negative");
+  }
+  if (n == 0) total = 0;
+  if (total < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "allocated size does not match required size");
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, r));
+  b->node->kind = TPU_KIND_REPEAT_INTERLEAVE;
+  b->node->ia[0] = total;
+  tpu__node_add_output(b->node, r->dtype, 1, &total);
+  return NULL;
+}
+
 /* ---- table ------------------------------------------------------------------------ */
 
 static const int yes = 1;
@@ -896,5 +1177,19 @@ const tpu_aten_entry_t tpu__aten_index[] = {
     {"topk", build_topk, NULL}, {"topk.values", build_topk, NULL},
     {"arange.start_out", build_arange, NULL},
     {"eye.out", build_eye, NULL}, {"eye.m_out", build_eye, &yes},
+    {"linspace.out", build_linspace, NULL}, {"logspace.out", build_linspace, &yes},
+    {"searchsorted.Tensor", build_searchsorted, &ss_tensor},
+    {"searchsorted.Tensor_out", build_searchsorted, &ss_tensor},
+    {"searchsorted.Scalar", build_searchsorted, &ss_scalar},
+    {"searchsorted.Scalar_out", build_searchsorted, &ss_scalar},
+    {"bucketize.Tensor", build_searchsorted, &bk_tensor},
+    {"bucketize.Tensor_out", build_searchsorted, &bk_tensor},
+    {"bucketize.Scalar", build_searchsorted, &bk_scalar},
+    {"bucketize.Scalar_out", build_searchsorted, &bk_scalar},
+    {"isin.Tensor_Tensor", build_isin, &isin_tt}, {"isin.Tensor_Tensor_out", build_isin, &isin_tt},
+    {"isin.Tensor_Scalar", build_isin, &isin_ts}, {"isin.Tensor_Scalar_out", build_isin, &isin_ts},
+    {"isin.Scalar_Tensor", build_isin, &isin_st}, {"isin.Scalar_Tensor_out", build_isin, &isin_st},
+    {"repeat_interleave.Tensor", build_repeat_interleave, NULL},
+    {"repeat_interleave.Tensor_out", build_repeat_interleave, NULL},
     {NULL, NULL, NULL},
 };

@@ -1,4 +1,5 @@
-/* ATen ops of the linalg family: matrix products, convolution, 2-d pooling.
+/* ATen ops of the linalg family: matrix products, triangular solves, convolution, 2-d
+ * pooling.
  *
  * Validation follows PyTorch's CPU kernels check by check, in their order, so the same
  * call fails with the same exception class and (after the op-name prefix) the same text.
@@ -755,6 +756,124 @@ static tpu_status_t build_adaptive_max_bwd(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- triangular solves ---------------------------------------------------------------- */
+
+/* Re-views input operand i at the batch shape (bnd dims, zero strides where it
+ * broadcasts) followed by its own last two dims. */
+static void view_at_batch(tpu_node_t* n, int i, int bnd, const int64_t* batch) {
+  tpu_operand_t* op = &n->in[i];
+  tpu_operand_t v = *op;
+  int own = op->ndim - 2;
+  v.ndim = bnd + 2;
+  for (int d = 0; d < bnd; ++d) {
+    int sd = d - (bnd - own);
+    v.sizes[d] = batch[d];
+    v.strides[d] = sd >= 0 && op->sizes[sd] != 1 ? op->strides[sd] : 0;
+  }
+  for (int d = 0; d < 2; ++d) {
+    v.sizes[bnd + d] = op->sizes[own + d];
+    v.strides[bnd + d] = op->strides[own + d];
+  }
+  *op = v;
+}
+
+/* linalg_solve_triangular(A, B, *, upper, left=True, unitriangular=False) and the legacy
+ * triangular_solve(b, A, upper=True, transpose=False, unitriangular=False) -> (X, A),
+ * with their out= forms; data != NULL means triangular_solve. Batch dims broadcast. The
+ * solution has A's dtype (linalg_solve_triangular casts B to it); float and double only,
+ * as CPU's LAPACK-backed kernel. Checks in CPU's order and words. Node: in[0] A, in[1]
+ * B, both viewed at the broadcast batch shape; ia[0] upper, ia[1] left, ia[2]
+ * unitriangular, ia[3] transpose. triangular_solve's second output is A broadcast. */
+static const int legacy_solve = 1;
+static tpu_status_t build_trsm(tpu_build_t* b) {
+  bool legacy = b->data != NULL;
+  const tpu_view_t *A, *B;
+  bool upper, left = true, unit, trans = false;
+  if (legacy) {
+    TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &B));
+    TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &A));
+    TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, true, &upper));
+    TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &trans));
+    TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 4, false, &unit));
+    const char* who = "torch.triangular_solve";
+    if (B->ndim < 2)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected b to have at least 2 dimensions, but it has %d "
+                      "dimensions instead", who, B->ndim);
+    if (A->ndim < 2)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected A to have at least 2 dimensions, but it has %d "
+                      "dimensions instead", who, A->ndim);
+    if (A->dtype != B->dtype)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected b and A to have the same dtype, but found b of type %s and "
+                      "A of type %s instead.", st_name(B->dtype), st_name(A->dtype));
+  } else {
+    TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
+    TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &B));
+    TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 2, &upper));
+    TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, true, &left));
+    TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 4, false, &unit));
+    const char* who = "linalg.solve_triangular";
+    if (A->ndim < 2)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: The input tensor A must have at least 2 dimensions.", who);
+  }
+  int an = A->ndim, bn = B->ndim;
+  int64_t ar = A->sizes[an - 2], ac = A->sizes[an - 1];
+  if (legacy) {
+    if (ar != ac)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "A must be batches of square matrices, but they are %lld by %lld "
+                      "matrices", (long long)ar, (long long)ac);
+    if (ac != B->sizes[bn - 2])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Incompatible matrix sizes for triangular_solve: each A matrix is "
+                      "%lld by %lld but each b matrix is %lld by %lld", (long long)ac, (long long)ac,
+                      (long long)B->sizes[bn - 2], (long long)B->sizes[bn - 1]);
+  } else {
+    const char* who = "linalg.solve_triangular";
+    if (ar != ac)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: A must be batches of square matrices, but they are %lld by "
+                      "%lld matrices", who, (long long)ar, (long long)ac);
+    if (bn < 2)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: The input tensor B must have at least 2 dimensions.", who);
+    if (left ? ar != B->sizes[bn - 2] : ac != B->sizes[bn - 1])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Incompatible shapes of A and B for the equation %s (%lldx%lld "
+                      "and %lldx%lld)", who, left ? "AX = B" : "XA = B", (long long)ar, (long long)ac,
+                      (long long)B->sizes[bn - 2], (long long)B->sizes[bn - 1]);
+  }
+  int64_t batch[TPU_MAX_DIMS];
+  int bnd;
+  TPU_RETURN_IF_ERROR(tpu__broadcast(b, B->sizes, bn - 2, A->sizes, an - 2, batch, &bnd));
+  if (bnd + 2 > TPU_MAX_DIMS) return tpu__err(b, TPU_INVALID_ARGUMENT, "too many dimensions");
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return not_implemented(b, "triangular_solve_cpu", A->dtype);
+  if (b->variant == TPU_VARIANT_OUT) {
+    const tpu_arg_t* o = tpu__arg(b, b->nargs - (legacy ? 2 : 1));
+    if (o && o->kind == TPU_ARG_TENSOR && o->tensor.dtype != A->dtype)
+      return legacy ? tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype %s, but got %s instead",
+                               meta_name(A->dtype), meta_name(o->tensor.dtype))
+                    : tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(A->dtype),
+                               st_name(o->tensor.dtype));
+  }
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, A));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, B));
+  view_at_batch(n, 0, bnd, batch);
+  view_at_batch(n, 1, bnd, batch);
+  n->kind = TPU_KIND_TRSM;
+  n->compute = A->dtype;
+  n->ia[0] = upper;
+  n->ia[1] = left;
+  n->ia[2] = unit;
+  n->ia[3] = trans;
+  int64_t shape[TPU_MAX_DIMS];
+  memcpy(shape, batch, sizeof(int64_t) * (size_t)bnd);
+  shape[bnd] = B->sizes[bn - 2];
+  shape[bnd + 1] = B->sizes[bn - 1];
+  tpu__node_add_output(n, A->dtype, bnd + 2, shape);
+  if (legacy) {
+    shape[bnd] = ar;
+    shape[bnd + 1] = ac;
+    tpu__node_add_output(n, A->dtype, bnd + 2, shape);
+  }
+  return NULL;
+}
+
 const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"mm", build_gemm, &g_mm}, {"mm.out", build_gemm, &g_mm},
     {"bmm", build_gemm, &g_bmm}, {"bmm.out", build_gemm, &g_bmm},
@@ -765,6 +884,8 @@ const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"addmv", build_gemm, &g_addmv}, {"addmv_", build_gemm, &g_addmv}, {"addmv.out", build_gemm, &g_addmv},
     {"mv", build_gemm, &g_mv}, {"mv.out", build_gemm, &g_mv},
     {"dot", build_gemm, &g_dot}, {"dot.out", build_gemm, &g_dot},
+    {"linalg_solve_triangular", build_trsm, NULL}, {"linalg_solve_triangular.out", build_trsm, NULL},
+    {"triangular_solve", build_trsm, &legacy_solve}, {"triangular_solve.X", build_trsm, &legacy_solve},
     {"vdot", build_gemm, &g_dot}, {"vdot.out", build_gemm, &g_dot},
     {"convolution_overrideable", build_conv, NULL},
     {"convolution_backward_overrideable", build_conv_bwd, NULL},

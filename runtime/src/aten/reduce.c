@@ -528,6 +528,97 @@ static tpu_status_t build_softmax_bwd(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- histc ---------------------------------------------------------------------------------------- */
+
+/* c10 narrows an integer to a smaller one by dropping the high bits. */
+static int64_t wrap_int(int64_t v, tpu_dtype_t t) {
+  switch (t) {
+    case TPU_DTYPE_U8: return (uint8_t)v;
+    case TPU_DTYPE_I8: return (int8_t)v;
+    case TPU_DTYPE_I16: return (int16_t)v;
+    case TPU_DTYPE_I32: return (int32_t)v;
+    default: return v;
+  }
+}
+
+/* Scalar::to<int64_t>(): integers as they are, floating values truncated (None: 0). */
+static tpu_status_t scalar_to_i64(tpu_build_t* b, int i, int64_t* out) {
+  const tpu_arg_t* a = tpu__arg(b, i);
+  *out = 0;
+  if (!a || a->kind == TPU_ARG_NONE) return NULL;
+  if (a->kind == TPU_ARG_DOUBLE || (a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_FLOAT)) {
+    if (!(a->v.d >= -0x1p63 && a->v.d < 0x1p63))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "value cannot be converted to type int64_t without overflow");
+    *out = (int64_t)a->v.d;
+    return NULL;
+  }
+  return tpu__arg_int(b, i, out);
+}
+
+/* histc(self, bins=100, min=0, max=0). Floating inputs follow PyTorch CPU (bins computed
+ * in the input dtype's arithmetic; a value equal to max lands in the last bin). Integer
+ * inputs, which CPU rejects, follow CUDA (bounds narrowed to the input dtype, integer bin
+ * arithmetic, counts in the input dtype): Mixture-of-Experts routers count tokens per
+ * expert with an integer histc on accelerators. min == max over a non-empty input takes
+ * the range from the data; the kernel finds it (CPU and CUDA read it back to the host). */
+static tpu_status_t build_histc(tpu_build_t* b) {
+  const tpu_view_t* x;
+  int64_t bins;
+  double lo, hi;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 1, 100, &bins));
+  TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 2, 0, &lo));
+  TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 3, 0, &hi));
+  tpu_dtype_t o = out_dtype(b, 0, 1);
+  if (o != TPU_DTYPE_INVALID && o != x->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.histogram: input tensor and hist tensor should have the same "
+                    "dtype, but got input %s and hist %s", cpp_name(x->dtype), cpp_name(o));
+  if (bins <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.histogram(): bins must be > 0, but got %lld for dimension 0",
+                    (long long)bins);
+  if (x->dtype == TPU_DTYPE_BOOL)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"linspace_cpu\" not implemented for 'Bool'");
+  tpu_node_t* n = b->node;
+  bool empty = tpu_view_numel(x) == 0;
+  if (tpu_dtype_is_floating(x->dtype)) {
+    n->ia[1] = lo == hi && !empty;
+    if (!n->ia[1]) {
+      if (lo == hi) { lo -= 1; hi += 1; }
+      if (!isfinite(lo) || !isfinite(hi))
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.histc: range of [%g, %g] is not finite", lo, hi);
+      if (!(lo < hi)) return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.histc: max must be larger than min");
+      /* the bin edges are made in the input dtype (linspace's Scalar::to<scalar_t>) */
+      double top = x->dtype == TPU_DTYPE_F16 ? 65504.0 : x->dtype == TPU_DTYPE_F64 ? INFINITY : 0x1.fffffep127;
+      if (x->dtype == TPU_DTYPE_BF16) top = 0x1.fep127;
+      if (fabs(lo) > top || fabs(hi) > top)
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "value cannot be converted to type %s without overflow",
+                        x->dtype == TPU_DTYPE_F16 ? "c10::Half" : x->dtype == TPU_DTYPE_BF16 ? "c10::BFloat16" : "float");
+    }
+    n->da[0] = lo;
+    n->da[1] = hi;
+  } else {
+    /* CUDA: Scalar::to<int64_t>, then narrowed to the input dtype; min == max compares
+     * the int64 bounds. */
+    int64_t ilo, ihi;
+    TPU_RETURN_IF_ERROR(scalar_to_i64(b, 2, &ilo));
+    TPU_RETURN_IF_ERROR(scalar_to_i64(b, 3, &ihi));
+    n->ia[1] = ilo == ihi && !empty;
+    ilo = wrap_int(ilo, x->dtype);
+    ihi = wrap_int(ihi, x->dtype);
+    if (!n->ia[1]) {
+      if (ilo == ihi) { ilo = wrap_int(ilo - 1, x->dtype); ihi = wrap_int(ihi + 1, x->dtype); }
+      if (!(ilo < ihi)) return tpu__err(b, TPU_INVALID_ARGUMENT, "max must be larger than min");
+    }
+    n->ia[2] = ilo;
+    n->ia[3] = ihi;
+  }
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
+  n->kind = TPU_KIND_HISTC;
+  n->ia[0] = bins;
+  tpu__node_add_output(n, x->dtype, 1, &bins);
+  return NULL;
+}
+
 /* ---- the table ------------------------------------------------------------------------------------ */
 
 #define K(x) TPU_KIND_RED_##x
@@ -667,5 +758,7 @@ const tpu_aten_entry_t tpu__aten_reduce[] = {
     {"_softmax_backward_data.out", build_softmax_bwd, &d_softmax_bwd},
     {"_log_softmax_backward_data", build_softmax_bwd, &d_log_softmax_bwd},
     {"_log_softmax_backward_data.out", build_softmax_bwd, &d_log_softmax_bwd},
+    {"histc", build_histc, NULL},
+    {"histc.out", build_histc, NULL},
     {NULL, NULL, NULL},
 };

@@ -27,9 +27,16 @@
  *   TRIL          in: self                        ia[0] diagonal, ia[1] upper
  *   SORT          in: self                        ia[0] dim, ia[1] descending, ia[2] k or -1
  *   ARANGE        (none)                          da[0] start, da[1] step, ia[0..1] int forms
- *   EYE           (none) */
+ *   EYE           (none)
+ *   LINSPACE      (none)                          ia[0] steps, da[0..1]/ia[1..2] start, end
+ *                                                 (ia[4] bit k: integer), ia[3] log, da[2] base
+ *   SEARCHSORTED  in: boundaries, values, sorter|absent   ia[0] right, ia[1] compare dtype
+ *   ISIN          in: elements, test elements     ia[0] invert, ia[1] compare dtype,
+ *                                                 ia[2] sort-and-mark (assume_unique)
+ *   REPEAT_INTERLEAVE in: repeats                 ia[0] output length */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "host/host.h"
 
@@ -850,6 +857,261 @@ static tpu_status_t eye_kernel(tpu_node_t* n) {
   return NULL;
 }
 
+/* ---- linspace / logspace -------------------------------------------------------------- */
+
+/* Rounds a float result to dtype t, as c10's Half/BFloat16 arithmetic stores it. */
+static float round_f(float v, tpu_dtype_t t) { return (float)round_to(v, t); }
+
+/* Start (k = 0) or end (k = 1) as Scalar::to<T>() gives it for dtype t: a floating t as
+ * a double holding the t value, an integer t (and bool) as int64. */
+static double lin_f(const tpu_node_t* n, int k, tpu_dtype_t t) {
+  bool is_int = n->ia[4] >> k & 1;
+  if (t == TPU_DTYPE_F64) return is_int ? (double)n->ia[1 + k] : n->da[k];
+  return round_f(is_int ? (float)n->ia[1 + k] : (float)n->da[k], t);
+}
+static int64_t lin_i(const tpu_node_t* n, int k, tpu_dtype_t t) {
+  bool is_int = n->ia[4] >> k & 1;
+  if (t == TPU_DTYPE_BOOL) return is_int ? n->ia[1 + k] != 0 : n->da[k] != 0;
+  return wrap_to(is_int ? n->ia[1 + k] : (int64_t)n->da[k], t);
+}
+
+/* static_cast of a double to integer dtype t as x86 does it: narrow types convert
+ * through int32, and a value out of range (or NaN) becomes the lowest int32 / int64. */
+static int64_t trunc_x86(double v, tpu_dtype_t t) {
+  if (t == TPU_DTYPE_I64) return v >= -0x1p63 && v < 0x1p63 ? (int64_t)v : INT64_MIN;
+  return wrap_to(v > -0x1p31 - 1 && v < 0x1p31 ? (int32_t)v : INT32_MIN, t);
+}
+
+/* CPU's linspace kernel (RangeFactoriesKernel.cpp): the first half counts up from start,
+ * the second half down from end. It is compiled for AVX2/AVX512, where `a + step * i`
+ * contracts to one fused multiply-add: fma() reproduces it bit for bit. Half and
+ * BFloat16 round every operation to their precision instead (c10's operators). */
+static void linspace_fill(const tpu_node_t* n, tpu_dtype_t t, int64_t steps, void* res) {
+  int64_t half = steps / 2;
+  if (tpu_dtype_is_floating(t)) {
+    double* r = res;
+    double s = lin_f(n, 0, t), e = lin_f(n, 1, t);
+    if (t == TPU_DTYPE_F64) {
+      double step = (e - s) / (double)(steps - 1);
+      for (int64_t i = 0; i < steps; ++i)
+        r[i] = i < half ? fma(step, (double)i, s) : fma(-step, (double)(steps - i - 1), e);
+    } else if (t == TPU_DTYPE_F32) {
+      float fs = (float)s, fe = (float)e, step = (fe - fs) / (float)(steps - 1);
+      for (int64_t i = 0; i < steps; ++i)
+        r[i] = i < half ? fmaf(step, (float)i, fs) : fmaf(-step, (float)(steps - i - 1), fe);
+    } else {
+      float fs = (float)s, fe = (float)e;
+      float step = round_f(round_f(fe - fs, t) / round_f((float)(steps - 1), t), t);
+      for (int64_t i = 0; i < steps; ++i)
+        r[i] = i < half ? round_f(fs + round_f(step * round_f((float)i, t), t), t)
+                        : round_f(fe - round_f(step * round_f((float)(steps - i - 1), t), t), t);
+    }
+  } else { /* integers: a double step, the result truncated */
+    int64_t* r = res;
+    double s = (double)lin_i(n, 0, t), e = (double)lin_i(n, 1, t);
+    double step = (e - s) / (double)(steps - 1);
+    for (int64_t i = 0; i < steps; ++i)
+      r[i] = trunc_x86(i < half ? fma(step, (double)i, s) : fma(-step, (double)(steps - i - 1), e), t);
+  }
+}
+
+/* CPU's logspace (RangeFactories.cpp, built without FMA): base ** (start + step * i),
+ * halves as linspace, the exponent in double; integer outputs use a float base. */
+static void logspace_fill(const tpu_node_t* n, tpu_dtype_t t, int64_t steps, void* res) {
+  int64_t half = steps / 2;
+  if (tpu_dtype_is_floating(t)) {
+    double* r = res;
+    double s = lin_f(n, 0, t), e = lin_f(n, 1, t), base = n->da[2];
+    double diff = t == TPU_DTYPE_F64 ? e - s : t == TPU_DTYPE_F32 ? (double)((float)e - (float)s)
+                                                                   : round_f((float)e - (float)s, t);
+    double step = diff / (double)(steps - 1);
+    for (int64_t i = 0; i < steps; ++i) {
+      double v = i < half ? pow(base, s + step * (double)i) : pow(base, e - step * (double)(steps - i - 1));
+      r[i] = t == TPU_DTYPE_F64 ? v : round_f((float)v, t);
+    }
+  } else {
+    int64_t* r = res;
+    int64_t s = lin_i(n, 0, t), e = lin_i(n, 1, t);
+    double base = (float)n->da[2];
+    /* scalar_end - scalar_start in C++ arithmetic: int for the narrow types */
+    int64_t diff = t == TPU_DTYPE_I32 ? (int32_t)((uint32_t)e - (uint32_t)s) : (int64_t)((uint64_t)e - (uint64_t)s);
+    double step = (double)diff / (double)(steps - 1);
+    for (int64_t i = 0; i < steps; ++i)
+      r[i] = trunc_x86(i < half ? pow(base, (double)s + step * (double)i)
+                                : pow(base, (double)e - step * (double)(steps - i - 1)), t);
+  }
+}
+
+static tpu_status_t linspace_kernel(tpu_node_t* n) {
+  tpu_operand_t* out = &n->out[0];
+  tpu_dtype_t t = out->dtype, w = tpu_dtype_is_floating(t) ? TPU_DTYPE_F64 : TPU_DTYPE_I64;
+  int64_t steps = n->ia[0];
+  void* res = xalloc(steps, 8);
+  if (!res) return TPU_HOST_NOMEM();
+  if (steps == 1) { /* fill_(start), or fill_(pow(base, start)) */
+    bool is_int = n->ia[4] & 1;
+    double s = is_int ? (double)n->ia[1] : n->da[0];
+    if (n->ia[3]) s = pow(n->da[2], s);
+    if (w == TPU_DTYPE_F64) *(double*)res = t == TPU_DTYPE_F64 ? s : round_f((float)s, t);
+    else if (n->ia[3] || !is_int) *(int64_t*)res = t == TPU_DTYPE_BOOL ? s != 0 : wrap_to((int64_t)s, t);
+    else *(int64_t*)res = lin_i(n, 0, t);
+  } else if (steps > 1) {
+    (n->ia[3] ? logspace_fill : linspace_fill)(n, t, steps, res);
+  }
+  tpu__unpack(out, res, w);
+  tpu__free(res);
+  return NULL;
+}
+
+/* ---- searchsorted, isin ------------------------------------------------------------------ */
+
+/* Packs op as PyTorch's op.to(via) then widened to via's work dtype (double or int64),
+ * so comparisons see exactly the values of dtype via. */
+static void* pack_via(const tpu_operand_t* op, tpu_dtype_t via) {
+  tpu_dtype_t w = work_dtype(via);
+  int64_t n = tpu__operand_numel(op);
+  if (via == w || via == op->dtype) return pack(op, w);
+  void* tmp = pack(op, via);
+  void* res = tmp ? xalloc(n, 8) : NULL;
+  if (res) tpu__convert_run(res, w, 1, tmp, via, 1, n);
+  tpu__free(tmp);
+  return res;
+}
+
+/* CPU's cus_lower_bound / cus_upper_bound (Bucketization.cpp), comparisons and all, so
+ * NaN and unsorted boundaries place values where CPU places them. */
+#define SS_SEARCH(T)                                                                     \
+  static int64_t ss_search_##T(const T* bd, const int64_t* sorter, int64_t start, int64_t end, \
+                               T val, bool right) {                                      \
+    int64_t orig = start;                                                                \
+    while (start < end) {                                                                \
+      int64_t mid = start + ((end - start) >> 1);                                        \
+      T mv = sorter ? bd[sorter[mid] + orig] : bd[mid];                                  \
+      if (right ? !(mv > val) : !(mv >= val)) start = mid + 1;                           \
+      else end = mid;                                                                    \
+    }                                                                                    \
+    return start - orig;                                                                 \
+  }
+SS_SEARCH(double)
+SS_SEARCH(int64_t)
+#undef SS_SEARCH
+
+static tpu_status_t searchsorted_kernel(tpu_node_t* n) {
+  const tpu_operand_t *bdo = &n->in[0], *vo = &n->in[1], *so = &n->in[2];
+  tpu_dtype_t c = (tpu_dtype_t)n->ia[1];
+  bool right = n->ia[0] != 0, flt = work_dtype(c) == TPU_DTYPE_F64;
+  int64_t nv = tpu__operand_numel(vo), last = bdo->sizes[bdo->ndim - 1];
+  int64_t idim = vo->ndim ? vo->sizes[vo->ndim - 1] : 1;
+  bool one_d = bdo->ndim == 1;
+  void* bd = pack_via(bdo, c);
+  void* v = pack_via(vo, c);
+  int64_t* sorter = so->value ? pack(so, TPU_DTYPE_I64) : NULL;
+  int64_t* res = xalloc(nv, sizeof(int64_t));
+  tpu_status_t st = NULL;
+  if (!bd || !v || !res || (so->value && !sorter)) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t i = 0, ns = sorter ? tpu__operand_numel(so) : 0; i < ns; ++i)
+    if (sorter[i] < 0 || sorter[i] >= last) {
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: torch.searchsorted(): sorter index out of range",
+                           tpu__node_describe(n));
+      goto done;
+    }
+  for (int64_t i = 0; i < nv; ++i) {
+    int64_t start = one_d ? 0 : i / idim * last;
+    res[i] = flt ? ss_search_double(bd, sorter, start, start + last, ((double*)v)[i], right)
+                 : ss_search_int64_t(bd, sorter, start, start + last, ((int64_t*)v)[i], right);
+  }
+  tpu__unpack(&n->out[0], res, TPU_DTYPE_I64);
+done:
+  tpu__free(bd); tpu__free(v); tpu__free(sorter); tpu__free(res);
+  return st;
+}
+
+static int cmp_f64(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+static int cmp_i64(const void* a, const void* b) {
+  int64_t x = *(const int64_t*)a, y = *(const int64_t*)b;
+  return (x > y) - (x < y);
+}
+
+static tpu_status_t isin_kernel(tpu_node_t* n) {
+  const tpu_operand_t *eo = &n->in[0], *to = &n->in[1];
+  tpu_dtype_t c = (tpu_dtype_t)n->ia[1];
+  bool invert = n->ia[0] != 0, flt = work_dtype(c) == TPU_DTYPE_F64;
+  int64_t ne = tpu__operand_numel(eo), nt = tpu__operand_numel(to), total = ne + nt;
+  /* elements then test elements in one buffer: the sorting emulation sorts them together */
+  char* all = xalloc(total, 8);
+  void* e = pack_via(eo, c);
+  void* te = pack_via(to, c);
+  uint8_t* res = xalloc(total, 1);
+  int64_t *perm = NULL, *tmp = NULL;
+  tpu_status_t st = NULL;
+  if (!all || !e || !te || !res) { st = TPU_HOST_NOMEM(); goto done; }
+  memcpy(all, e, (size_t)ne * 8);
+  memcpy(all + ne * 8, te, (size_t)nt * 8);
+  if (n->ia[2]) {
+    /* isin_sorting with assume_unique: stable sort, mark each value equal to its right
+     * neighbour, scatter the marks back to input order */
+    perm = xalloc(total, sizeof(int64_t));
+    tmp = xalloc(total, sizeof(int64_t));
+    if (!perm || !tmp) { st = TPU_HOST_NOMEM(); goto done; }
+    for (int64_t i = 0; i < total; ++i) perm[i] = i;
+    merge_sort(perm, tmp, total, all, flt, false);
+    for (int64_t k = 0; k < total; ++k) {
+      bool eq = false;
+      if (k + 1 < total)
+        eq = flt ? ((double*)all)[perm[k + 1]] == ((double*)all)[perm[k]]
+                 : ((int64_t*)all)[perm[k + 1]] == ((int64_t*)all)[perm[k]];
+      res[perm[k]] = k + 1 < total ? eq != invert : invert;
+    }
+  } else {
+    /* membership with ==: NaN matches nothing, -0.0 matches 0.0 */
+    int64_t m = 0;
+    for (int64_t j = 0; j < nt; ++j) {
+      if (flt && isnan(((double*)te)[j])) continue;
+      memcpy((char*)te + m++ * 8, (char*)te + j * 8, 8);
+    }
+    qsort(te, (size_t)m, 8, flt ? cmp_f64 : cmp_i64);
+    for (int64_t i = 0; i < ne; ++i) {
+      bool found = !(flt && isnan(((double*)e)[i])) &&
+                   bsearch((char*)e + i * 8, te, (size_t)m, 8, flt ? cmp_f64 : cmp_i64) != NULL;
+      res[i] = found != invert;
+    }
+  }
+  tpu__unpack(&n->out[0], res, TPU_DTYPE_BOOL);
+done:
+  tpu__free(all); tpu__free(e); tpu__free(te); tpu__free(res); tpu__free(perm); tpu__free(tmp);
+  return st;
+}
+
+/* ---- repeat_interleave ---------------------------------------------------------------------- */
+
+static tpu_status_t repeat_interleave_kernel(tpu_node_t* n) {
+  int64_t nr = tpu__operand_numel(&n->in[0]), total = n->ia[0], sum = 0;
+  int64_t* r = pack(&n->in[0], TPU_DTYPE_I64);
+  int64_t* res = xalloc(total, sizeof(int64_t));
+  tpu_status_t st = NULL;
+  if (!r || !res) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t i = 0; i < nr; ++i) sum += r[i];
+  if (nr > 0 && sum != total) {
+    st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: allocated size does not match required size",
+                         tpu__node_describe(n));
+    goto done;
+  }
+  for (int64_t i = 0; i < nr; ++i)
+    if (r[i] < 0) {
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: repeats can not be negative", tpu__node_describe(n));
+      goto done;
+    }
+  for (int64_t i = 0, k = 0; i < nr; ++i)
+    for (int64_t j = 0; j < r[i]; ++j) res[k++] = i;
+  tpu__unpack(&n->out[0], res, TPU_DTYPE_I64);
+done:
+  tpu__free(r); tpu__free(res);
+  return st;
+}
+
 void tpu__host_register_index(tpu_host_kernel_fn* table) {
   table[TPU_KIND_GATHER] = gather_kernel;
   table[TPU_KIND_SCATTER] = scatter_kernel;
@@ -869,4 +1131,8 @@ void tpu__host_register_index(tpu_host_kernel_fn* table) {
   table[TPU_KIND_SORT] = sort_kernel;
   table[TPU_KIND_ARANGE] = arange_kernel;
   table[TPU_KIND_EYE] = eye_kernel;
+  table[TPU_KIND_LINSPACE] = linspace_kernel;
+  table[TPU_KIND_SEARCHSORTED] = searchsorted_kernel;
+  table[TPU_KIND_ISIN] = isin_kernel;
+  table[TPU_KIND_REPEAT_INTERLEAVE] = repeat_interleave_kernel;
 }

@@ -1,11 +1,15 @@
-/* Host kernels of the linalg family: GEMM through OpenBLAS, convolution as im2col +
- * GEMM, and 2-d pooling.
+/* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS,
+ * convolution as im2col + GEMM, and 2-d pooling.
  *
  * Node layouts (set by aten/linalg.c):
  *  GEMM      in[0] A viewed [batch, M, K], in[1] B viewed [batch, K, N], in[2] C (the
  *            added tensor, broadcast to the output) or absent. da[0]/da[1] = alpha/beta,
  *            ia[1]/ia[2] the same as integers, ia[0] = 1 to sum over the batch (addbmm).
  *            The output holds batch*M*N (or M*N) elements in row-major order.
+ *  TRSM      in[0] A [batch..., n, n], in[1] B [batch..., rows, cols] (viewed at the
+ *            broadcast batch shape), ia[0] upper, ia[1] left, ia[2] unit diagonal,
+ *            ia[3] transpose A; compute = A's dtype (f32/f64). Output 0 the solution,
+ *            output 1 (triangular_solve) A itself.
  *  CONV      in[0] input [N, C, *S], in[1] weight, in[2] bias or absent. ia[0] = spatial
  *            dims, ia[1] = groups, ia[2] = transposed; ilist = stride, padding, dilation.
  *  CONV_BWD  in[0] grad_output, in[1] input, in[2] weight; ia as CONV, ia[3..5] = mask.
@@ -192,6 +196,44 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   tpu__free(a.owned);
   tpu__free(b.owned);
   tpu__free(acc);
+  return st;
+}
+
+/* ---- triangular solves ---------------------------------------------------------------------- */
+
+/* TRSM: solves op(A) X = B (left) or X op(A) = B per batch with BLAS trsm, in place in a
+ * dense copy of B in A's dtype (f32 or f64). Output 1, when present, is A broadcast. */
+static tpu_status_t trsm_kernel(tpu_node_t* n) {
+  const tpu_operand_t *A = &n->in[0], *B = &n->in[1];
+  tpu_operand_t* X = &n->out[0];
+  tpu_dtype_t cd = n->compute;
+  int nd = X->ndim;
+  int64_t m = X->sizes[nd - 2], k = X->sizes[nd - 1], an = A->sizes[nd - 1];
+  int64_t mats = m * k > 0 ? tpu__operand_numel(X) / (m * k) : 0;
+  if (!fits_blasint(m) || !fits_blasint(k))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix dimension exceeds 2^31-1", tpu__node_describe(n));
+  void* a = tpu__pack_alloc(A, cd);
+  void* x = tpu__pack_alloc(B, cd);
+  tpu_status_t st = NULL;
+  if (!a || !x) { st = TPU_HOST_NOMEM(); goto done; }
+  enum CBLAS_SIDE side = n->ia[1] ? CblasLeft : CblasRight;
+  enum CBLAS_UPLO uplo = n->ia[0] ? CblasUpper : CblasLower;
+  enum CBLAS_TRANSPOSE tr = n->ia[3] ? CblasTrans : CblasNoTrans;
+  enum CBLAS_DIAG diag = n->ia[2] ? CblasUnit : CblasNonUnit;
+  if (mats > 0) tpu__blas_prepare((double)mats * (double)an * (double)m * (double)k);
+  for (int64_t i = 0; i < mats; ++i) {
+    if (cd == TPU_DTYPE_F32)
+      scipy_cblas_strsm(CblasRowMajor, side, uplo, tr, diag, (blasint)m, (blasint)k, 1.0f,
+                        (const float*)a + i * an * an, (blasint)an, (float*)x + i * m * k, (blasint)k);
+    else
+      scipy_cblas_dtrsm(CblasRowMajor, side, uplo, tr, diag, (blasint)m, (blasint)k, 1.0,
+                        (const double*)a + i * an * an, (blasint)an, (double*)x + i * m * k, (blasint)k);
+  }
+  tpu__unpack(X, x, cd);
+  if (n->n_out > 1 && !tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], a, cd);
+done:
+  tpu__free(a);
+  tpu__free(x);
   return st;
 }
 
@@ -686,6 +728,7 @@ static tpu_status_t adaptive_avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_
 
 void tpu__host_register_linalg(tpu_host_kernel_fn* table) {
   table[TPU_KIND_GEMM] = gemm_kernel;
+  table[TPU_KIND_TRSM] = trsm_kernel;
   table[TPU_KIND_CONV] = conv_kernel;
   table[TPU_KIND_CONV_BWD] = conv_bwd_kernel;
   table[TPU_KIND_MAXPOOL2D] = maxpool_kernel;

@@ -578,6 +578,108 @@ static tpu_status_t softmax_bwd_kernel(tpu_node_t* node) {
   return st;
 }
 
+/* ---- histc --------------------------------------------------------------------------------------
+ * HISTC: in[0] self; ia[0] bins; ia[1] 1 when the range comes from the data (min == max);
+ * da[0..1] the range of a floating input, ia[2..3] that of an integer input (already
+ * narrowed to its dtype, CUDA's rule). */
+
+/* Rounds v to floating dtype t the way c10's arithmetic on t stores each result. */
+static float round_to(float v, tpu_dtype_t t) {
+  if (t == TPU_DTYPE_BF16) return tpu__bf16_to_f32(tpu__f32_to_bf16(v));
+  if (t == TPU_DTYPE_F16) return (float)(_Float16)v;
+  return v;
+}
+
+/* The bin of e in [lo, hi] exactly as CPU's linear histogram computes it:
+ * (e - lo) * bins / (hi - lo) in the input dtype's arithmetic, truncated. */
+static int64_t float_bin(double e, double lo, double hi, int64_t bins, tpu_dtype_t t) {
+  if (t == TPU_DTYPE_F64) return (int64_t)((e - lo) * (double)bins / (hi - lo));
+  float d = round_to((float)e - (float)lo, t);
+  float p = round_to(d * round_to((float)bins, t), t);
+  return (int64_t)round_to(p / round_to((float)hi - (float)lo, t), t);
+}
+
+/* v stored into integer dtype t and read back (the high bits dropped). */
+static int64_t narrow(int64_t v, tpu_dtype_t t) {
+  int64_t r;
+  tpu__store_i64(&r, t, v);
+  return tpu__load_i64(&r, t);
+}
+
+static tpu_status_t histc_kernel(tpu_node_t* n) {
+  const tpu_operand_t* x = &n->in[0];
+  tpu_dtype_t t = x->dtype;
+  int64_t bins = n->ia[0], numel = tpu__operand_numel(x);
+  bool flt = tpu_dtype_is_floating(t);
+  void* v = alloc8(numel);
+  double* cnt = tpu__calloc((size_t)bins, sizeof(double));
+  tpu_status_t st = NULL;
+  if (!v || !cnt) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__pack(x, NULL, flt ? TPU_DTYPE_F64 : TPU_DTYPE_I64, v);
+  const char* name = tpu__node_describe(n);
+  if (flt) {
+    const double* e = v;
+    double lo = n->da[0], hi = n->da[1];
+    if (n->ia[1]) { /* aminmax of the data, NaN propagating, then CPU's range checks */
+      lo = hi = e[0];
+      for (int64_t i = 1; i < numel; ++i) {
+        if (isnan(e[i]) || e[i] < lo) lo = isnan(lo) ? lo : e[i];
+        if (isnan(e[i]) || e[i] > hi) hi = isnan(hi) ? hi : e[i];
+      }
+      if (lo == hi) { lo -= 1; hi += 1; }
+      if (!isfinite(lo) || !isfinite(hi)) {
+        st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: torch.histc: range of [%g, %g] is not finite", name, lo, hi);
+        goto done;
+      }
+    }
+    /* The edges are linspace(lo, hi, bins + 1) in dtype t: its ends are lo and hi rounded
+     * to t, unless the step overflows (step * 0 is then NaN and nothing is counted). */
+    if (t != TPU_DTYPE_F64) { lo = round_to((float)lo, t); hi = round_to((float)hi, t); }
+    double step = t == TPU_DTYPE_F64 ? (hi - lo) / (double)bins
+                                     : round_to(round_to((float)hi - (float)lo, t) / round_to((float)bins, t), t);
+    if (isfinite(step))
+      for (int64_t i = 0; i < numel; ++i) {
+        if (!(e[i] >= lo && e[i] <= hi)) continue; /* outside, or NaN */
+        int64_t pos = float_bin(e[i], lo, hi, bins, t);
+        if (pos == bins) pos -= 1;
+        if (pos < 0 || pos >= bins) continue; /* only reachable when lo == hi after rounding */
+        /* CPU counts in the input dtype: f16/bf16 counts stop growing where +1 rounds away */
+        cnt[pos] = t == TPU_DTYPE_F64 ? cnt[pos] + 1 : round_to((float)cnt[pos] + 1.0f, t);
+      }
+    tpu__unpack(&n->out[0], cnt, TPU_DTYPE_F64);
+  } else {
+    const int64_t* e = v;
+    int64_t lo = n->ia[2], hi = n->ia[3];
+    if (n->ia[1]) {
+      lo = hi = e[0];
+      for (int64_t i = 1; i < numel; ++i) {
+        if (e[i] < lo) lo = e[i];
+        if (e[i] > hi) hi = e[i];
+      }
+      if (lo == hi) { lo = narrow(lo - 1, t); hi = narrow(hi + 1, t); } /* CUDA's input_t arithmetic */
+      if (!(lo < hi)) {
+        st = tpu_status_make(TPU_INVALID_ARGUMENT, "%s: max must be larger than min", name);
+        goto done;
+      }
+    }
+    int64_t* c = (int64_t*)cnt;
+    for (int64_t i = 0; i < numel; ++i) {
+      if (e[i] < lo || e[i] > hi) continue;
+      /* CUDA's getBin: (int)((v - min) * nbins / (max - min)) in int64 */
+      int64_t num = (int64_t)(((uint64_t)e[i] - (uint64_t)lo) * (uint64_t)bins);
+      int64_t pos = (int)(num / (int64_t)((uint64_t)hi - (uint64_t)lo));
+      if (pos == bins) pos -= 1;
+      if (pos < 0 || pos >= bins) continue;
+      ++c[pos];
+    }
+    tpu__unpack(&n->out[0], c, TPU_DTYPE_I64); /* the store wraps, as CUDA's atomic adds do */
+  }
+done:
+  tpu__free(v);
+  tpu__free(cnt);
+  return st;
+}
+
 void tpu__host_register_reduce(tpu_host_kernel_fn* table) {
   static const tpu_kind_t reductions[] = {
       TPU_KIND_RED_SUM, TPU_KIND_RED_NANSUM, TPU_KIND_RED_PROD, TPU_KIND_RED_MEAN,
@@ -592,4 +694,5 @@ void tpu__host_register_reduce(tpu_host_kernel_fn* table) {
   for (size_t i = 0; i < sizeof scans / sizeof *scans; ++i) table[scans[i]] = scan_kernel;
   table[TPU_KIND_RED_SOFTMAX_BWD] = softmax_bwd_kernel;
   table[TPU_KIND_RED_LOG_SOFTMAX_BWD] = softmax_bwd_kernel;
+  table[TPU_KIND_HISTC] = histc_kernel;
 }
