@@ -624,6 +624,9 @@ def test_isin_mixed_dtypes_and_nan():
     i = torch.arange(10)
     same(torch.isin(tpu(i), 3.0), torch.isin(i, 3.0))
     same(torch.isin(tpu(i), tpu(torch.tensor([2.5, 3.0]))), torch.isin(i, torch.tensor([2.5, 3.0])))
+    # a CPU 0-dim tensor beside a tpu one acts as a 0-dim tensor
+    same(torch.isin(tpu(i), torch.tensor(3)), torch.isin(i, torch.tensor(3)))
+    same(torch.isin(torch.tensor(3), tpu(i)), torch.isin(torch.tensor(3), i))
 
 
 def test_isin_errors():

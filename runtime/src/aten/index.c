@@ -1062,8 +1062,10 @@ static tpu_status_t build_isin(tpu_build_t* b) {
   int form = *(const int*)b->data;
   const tpu_view_t *el = NULL, *te = NULL;
   bool unique, invert;
-  if (form != ISIN_ST) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &el));
-  if (form != ISIN_TS) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &te));
+  /* a CPU 0-dim tensor arrives as a scalar: it acts as a 0-dim tensor */
+  const tpu_arg_t *a0 = tpu__arg(b, 0), *a1 = tpu__arg(b, 1);
+  if (form != ISIN_ST && !(a0 && a0->kind == TPU_ARG_SCALAR)) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &el));
+  if (form != ISIN_TS && !(a1 && a1->kind == TPU_ARG_SCALAR)) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &te));
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &unique));
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &invert));
   for (int k = 0; k < 2; ++k) {
