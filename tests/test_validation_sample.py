@@ -21,8 +21,6 @@ from torchtpu import validate  # noqa: E402
 from torchtpu._validate import runner  # noqa: E402
 
 XFAIL = {
-    "hf/mixtral/MixtralForCausalLM": "aten::histc on int32 (transformers' grouped-MoE path): "
-                                     "no native kernel, and the CPU fallback has no int histc",
     "tv/segmentation/lraspp_mobilenet_v3_large": "aten::upsample_bilinear2d runs on the CPU fallback",
     "tv/detection/fasterrcnn_mobilenet_v3_large_320_fpn":
         "upsample_bilinear2d/upsample_nearest2d, torchvision::nms and roi_align run on the "
