@@ -177,3 +177,19 @@ tpu_dtype_t tpu__result_type(tpu_build_t* b, const int* idx, int n) {
 }
 
 bool tpu__dtype_ok_for_out(tpu_dtype_t computed, tpu_dtype_t out) { return tpu__can_cast(computed, out); }
+
+tpu_status_t tpu__arg_tensor_opt(tpu_build_t* b, int i, const tpu_view_t** out) {
+  *out = NULL;
+  if (tpu__arg_is_none(b, i)) return NULL;
+  const tpu_arg_t* a = tpu__arg(b, i);
+  if (a->kind == TPU_ARG_TENSOR && !a->tensor.storage) return NULL;
+  return tpu__arg_tensor(b, i, out);
+}
+
+tpu_status_t tpu__node_add_opt(tpu_build_t* b, const tpu_view_t* v) {
+  return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
+}
+
+tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
+  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
+}

@@ -52,6 +52,13 @@ tpu_status_t tpu__arg_bool(tpu_build_t* b, int i, bool* out);
 tpu_status_t tpu__arg_bool_opt(tpu_build_t* b, int i, bool dflt, bool* out);
 tpu_status_t tpu__arg_intlist(tpu_build_t* b, int i, const int64_t** out, int* out_len);
 
+/* An optional tensor argument: *out is NULL for None or an undefined tensor. */
+tpu_status_t tpu__arg_tensor_opt(tpu_build_t* b, int i, const tpu_view_t** out);
+/* Adds v as the node's next input, or an absent input when v is NULL. */
+tpu_status_t tpu__node_add_opt(tpu_build_t* b, const tpu_view_t* v);
+/* UNIMPLEMENTED with ATen's message: "<kernel>" not implemented for '<dtype>'. */
+tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t);
+
 /* Adds input from a tensor or scalar argument (scalars become scalar operands with
  * dtype for promotion taken from the argument). */
 tpu_status_t tpu__input_from_arg(tpu_build_t* b, int i);

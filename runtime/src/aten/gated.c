@@ -24,24 +24,6 @@
  * the value rounded to the result dtype, as ATen computes in the common dtype. */
 #define GATED_IA_RESULT 1
 
-/* An optional tensor argument: *out is NULL for None. */
-static tpu_status_t opt_tensor(tpu_build_t* b, int i, const tpu_view_t** out) {
-  *out = NULL;
-  if (tpu__arg_is_none(b, i)) return NULL;
-  const tpu_arg_t* a = tpu__arg(b, i);
-  /* an undefined optional tensor may also arrive as a TENSOR with no storage */
-  if (a->kind == TPU_ARG_TENSOR && !a->tensor.storage) return NULL;
-  return tpu__arg_tensor(b, i, out);
-}
-
-static tpu_status_t add_opt(tpu_build_t* b, const tpu_view_t* v) {
-  return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
-}
-
-static tpu_status_t not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
-}
-
 /* TensorIterator's check that every operand has the first one's dtype. */
 static tpu_status_t same_dtype(tpu_build_t* b, tpu_dtype_t want, const tpu_view_t* v) {
   if (v->dtype == want) return NULL;
@@ -90,7 +72,7 @@ static tpu_status_t build_glu(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 1, -1, &dim));
   TPU_RETURN_IF_ERROR(glu_dim(b, x, dim, &d, half));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "glu_cpu", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "glu_cpu", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_GLU;
@@ -113,7 +95,7 @@ static tpu_status_t build_glu_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(glu_dim(b, x, dim, &d, half));
   TPU_RETURN_IF_ERROR(same_dtype(b, x->dtype, g));
   TPU_RETURN_IF_ERROR(broadcasts_to(b, g->ndim, g->sizes, x->ndim, half));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "glu_backward_cpu", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "glu_backward_cpu", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
@@ -149,7 +131,7 @@ static tpu_status_t build_glu_jvp(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(same_dtype(b, y->dtype, dx));
   /* the output is glu's shape; the halves broadcast into it */
   TPU_RETURN_IF_ERROR(broadcasts_to(b, x->ndim, half, y->ndim, y->sizes));
-  if (!tpu_dtype_is_floating(y->dtype)) return not_implemented_for(b, "glu_jvp_cpu", y->dtype);
+  if (!tpu_dtype_is_floating(y->dtype)) return tpu__err_not_implemented_for(b, "glu_jvp_cpu", y->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, y));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
@@ -175,7 +157,7 @@ static tpu_status_t build_prelu(tpu_build_t* b) {
   int nd;
   TPU_RETURN_IF_ERROR(tpu__broadcast(b, x->sizes, x->ndim, w->sizes, w->ndim, shape, &nd));
   TPU_RETURN_IF_ERROR(same_dtype(b, x->dtype, w));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "prelu_cpu", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "prelu_cpu", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
@@ -199,7 +181,7 @@ static tpu_status_t build_prelu_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__broadcast(b, s1, n1, g->sizes, g->ndim, shape, &nd));
   TPU_RETURN_IF_ERROR(same_dtype(b, x->dtype, w));
   TPU_RETURN_IF_ERROR(same_dtype(b, x->dtype, g));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "prelu_backward_cpu", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "prelu_backward_cpu", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
@@ -250,7 +232,7 @@ static tpu_status_t cell_compute(tpu_build_t* b, const char* kernel, const tpu_v
   bool f64 = false;
   for (int i = 0; i < k; ++i) {
     if (!v[i]) continue;
-    if (!tpu_dtype_is_floating(v[i]->dtype)) return not_implemented_for(b, kernel, v[i]->dtype);
+    if (!tpu_dtype_is_floating(v[i]->dtype)) return tpu__err_not_implemented_for(b, kernel, v[i]->dtype);
     f64 |= v[i]->dtype == TPU_DTYPE_F64;
   }
   *out = f64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
@@ -294,8 +276,8 @@ static tpu_status_t build_lstm_cell(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &ig));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &hg));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &cx));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 3, &bi));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 4, &bh));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 3, &bi));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &bh));
   int64_t B, H;
   TPU_RETURN_IF_ERROR(cell_check(b, c, 4, ig, hg, cx, bi, bh, &B, &H));
   const tpu_view_t* all[5] = {ig, hg, cx, bi, bh};
@@ -304,8 +286,8 @@ static tpu_status_t build_lstm_cell(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ig));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, hg));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, cx));
-  TPU_RETURN_IF_ERROR(add_opt(b, bi));
-  TPU_RETURN_IF_ERROR(add_opt(b, bh));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bi));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bh));
   n->kind = TPU_KIND_LSTM_CELL;
   n->ia[0] = B;
   n->ia[1] = H;
@@ -322,8 +304,8 @@ static tpu_status_t build_lstm_cell_backward(tpu_build_t* b) {
   static const char* c = "fused_lstm_cell_backward";
   const tpu_view_t *ghy, *gcy, *cx, *cy, *ws;
   bool has_bias;
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 0, &ghy));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 1, &gcy));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 0, &ghy));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 1, &gcy));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &cx));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &cy));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 4, &ws));
@@ -347,8 +329,8 @@ static tpu_status_t build_lstm_cell_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(check_size(b, c, ws, 5, "workspace", 2, wsz));
   const tpu_view_t* all[5] = {ghy, gcy, cx, cy, ws};
   TPU_RETURN_IF_ERROR(cell_compute(b, "_thnn_fused_lstm_cell_cuda_backward", all, 5, &n->compute));
-  TPU_RETURN_IF_ERROR(add_opt(b, ghy));
-  TPU_RETURN_IF_ERROR(add_opt(b, gcy));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, ghy));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, gcy));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, cx));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, cy));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ws));
@@ -369,8 +351,8 @@ static tpu_status_t build_gru_cell(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &ig));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &hg));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &hx));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 3, &bi));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 4, &bh));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 3, &bi));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &bh));
   int64_t B, H;
   TPU_RETURN_IF_ERROR(cell_check(b, c, 3, ig, hg, hx, bi, bh, &B, &H));
   const tpu_view_t* all[5] = {ig, hg, hx, bi, bh};
@@ -379,8 +361,8 @@ static tpu_status_t build_gru_cell(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ig));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, hg));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, hx));
-  TPU_RETURN_IF_ERROR(add_opt(b, bi));
-  TPU_RETURN_IF_ERROR(add_opt(b, bh));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bi));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bh));
   n->kind = TPU_KIND_GRU_CELL;
   n->ia[0] = B;
   n->ia[1] = H;

@@ -22,24 +22,6 @@ static bool same_shape(int na, const int64_t* a, int nb, const int64_t* c) {
 
 static bool is_reduced_float(tpu_dtype_t t) { return t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16; }
 
-/* An optional tensor argument: *out is NULL for None. */
-static tpu_status_t opt_tensor(tpu_build_t* b, int i, const tpu_view_t** out) {
-  *out = NULL;
-  if (tpu__arg_is_none(b, i)) return NULL;
-  const tpu_arg_t* a = tpu__arg(b, i);
-  /* an undefined optional tensor may also arrive as a TENSOR with no storage */
-  if (a->kind == TPU_ARG_TENSOR && !a->tensor.storage) return NULL;
-  return tpu__arg_tensor(b, i, out);
-}
-
-static tpu_status_t add_opt(tpu_build_t* b, const tpu_view_t* v) {
-  return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
-}
-
-static tpu_status_t not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
-}
-
 /* ---- layer norm ------------------------------------------------------------------- */
 
 /* ATen's mixed-dtype rule: a reduced-float input may take float32 weight and bias; every
@@ -99,17 +81,17 @@ static tpu_status_t build_layer_norm(tpu_build_t* b) {
   double eps;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &ns, &k));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 2, &w));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 3, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 2, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 3, &bias));
   TPU_RETURN_IF_ERROR(tpu__arg_double(b, 4, &eps));
   TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
   bool mixed;
   TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "LayerNormKernelImpl", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "LayerNormKernelImpl", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
-  TPU_RETURN_IF_ERROR(add_opt(b, w));
-  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bias));
   n->kind = TPU_KIND_LAYER_NORM;
   n->compute = tpu__compute_dtype(x->dtype);
   n->ia[0] = axis;
@@ -148,13 +130,13 @@ static tpu_status_t build_layer_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 2, &ns, &k));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &mean));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 4, &rstd));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 5, &w));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 6, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 5, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 6, &bias));
   TPU_RETURN_IF_ERROR(bool_mask(b, 7, 3, mask));
   TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
   bool mixed;
   TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "LayerNormBackwardKernelImpl", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "LayerNormBackwardKernelImpl", x->dtype);
   if (!same_shape(dy->ndim, dy->sizes, x->ndim, x->sizes))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_out must have the shape of input");
   int64_t m = numel_of(axis, x->sizes);
@@ -165,7 +147,7 @@ static tpu_status_t build_layer_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, mean));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, rstd));
-  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, w));
   n->kind = TPU_KIND_LAYER_NORM_BACKWARD;
   n->compute = tpu__compute_dtype(x->dtype);
   n->ia[0] = axis;
@@ -254,7 +236,7 @@ static tpu_status_t nll_check(tpu_build_t* b, int si, const tpu_view_t** out_sel
   const tpu_view_t *x, *t, *w;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, si, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, si + 1, &t));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, si + 2, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, si + 2, &w));
   bool is2d = *(const int*)b->data == NLL_2D;
   char s1[256], s2[256];
   tpu__fmt_shape(s1, sizeof s1, x->ndim, x->sizes);
@@ -294,7 +276,7 @@ static tpu_status_t nll_check(tpu_build_t* b, int si, const tpu_view_t** out_sel
   if (t->dtype != TPU_DTYPE_I64 && t->dtype != TPU_DTYPE_U8)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected target dtype to be Long or Byte, but got %s", tpu__dtype_c10_name(t->dtype));
   if (!tpu_dtype_is_floating(x->dtype))
-    return not_implemented_for(b, is2d ? "nll_loss2d_forward_out_frame" : "nll_loss_out_frame", x->dtype);
+    return tpu__err_not_implemented_for(b, is2d ? "nll_loss2d_forward_out_frame" : "nll_loss_out_frame", x->dtype);
   if (w && w->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(w->dtype));
   *out_self = x;
@@ -314,7 +296,7 @@ static tpu_status_t build_nll(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, t));
-  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, w));
   n->kind = TPU_KIND_NLL_LOSS;
   n->compute = tpu__compute_dtype(x->dtype);
   n->ia[0] = red;
@@ -355,7 +337,7 @@ static tpu_status_t build_nll_backward(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, t));
-  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, w));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, tw));
   n->kind = TPU_KIND_NLL_LOSS_BACKWARD;
   n->compute = tpu__compute_dtype(x->dtype);
@@ -382,7 +364,7 @@ static tpu_status_t sdpa_check(tpu_build_t* b, const tpu_view_t* q, const tpu_vi
                     "key.dtype: %s and value.dtype: %s instead.",
                     tpu_dtype_name(q->dtype), tpu_dtype_name(k->dtype), tpu_dtype_name(v->dtype));
   if (!tpu_dtype_is_floating(q->dtype))
-    return not_implemented_for(b, "scaled_dot_product_attention", q->dtype);
+    return tpu__err_not_implemented_for(b, "scaled_dot_product_attention", q->dtype);
   if (k->sizes[0] != q->sizes[0] || v->sizes[0] != q->sizes[0] || k->sizes[1] != v->sizes[1] ||
       k->sizes[2] != v->sizes[2] || k->sizes[3] != q->sizes[3] || k->sizes[1] <= 0 ||
       q->sizes[1] % k->sizes[1] != 0)
@@ -425,7 +407,7 @@ static tpu_status_t build_sdpa(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &q));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &k));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &v));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 3, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 3, &bias));
   TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 4, 0.0, &dropout));
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, false, &causal));
   TPU_RETURN_IF_ERROR(sdpa_check(b, q, k, v, bias));
@@ -436,7 +418,7 @@ static tpu_status_t build_sdpa(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, q));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, k));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, v));
-  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bias));
   n->kind = TPU_KIND_SDPA;
   n->compute = tpu__compute_dtype(q->dtype);
   n->ia[0] = causal;
@@ -460,7 +442,7 @@ static tpu_status_t build_sdpa_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &q));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &k));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &v));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 4, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &bias));
   TPU_RETURN_IF_ERROR(bool_mask(b, 5, 4, mask));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 6, &o));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 7, &lse));
@@ -481,7 +463,7 @@ static tpu_status_t build_sdpa_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, q));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, k));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, v));
-  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bias));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, o));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, lse));
   n->kind = TPU_KIND_SDPA_BACKWARD;
@@ -512,7 +494,7 @@ static tpu_status_t build_point_loss(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, a0, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, a0 + 1, &t));
   int ai = a0 + 2;
-  if (d->loss == LOSS_BCE) TPU_RETURN_IF_ERROR(opt_tensor(b, ai++, &w));
+  if (d->loss == LOSS_BCE) TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, ai++, &w));
   int64_t red;
   double param = 1.0;
   TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, ai++, 1, &red));
@@ -542,12 +524,12 @@ static tpu_status_t build_point_loss(tpu_build_t* b) {
     dt = tpu__result_type(b, idx, 2);
   }
   if (d->backward) dt = x->dtype;
-  if (!tpu_dtype_is_floating(dt)) return not_implemented_for(b, d->kernel, dt);
+  if (!tpu_dtype_is_floating(dt)) return tpu__err_not_implemented_for(b, d->kernel, dt);
   tpu_node_t* n = b->node;
   for (int i = 0; i < 4; ++i) {
     if (i == 0 && !d->backward) continue;
     if (i == 3 && d->loss != LOSS_BCE) continue;
-    TPU_RETURN_IF_ERROR(add_opt(b, ops[i]));
+    TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, ops[i]));
   }
   n->kind = d->backward ? TPU_KIND_POINT_LOSS_BACKWARD : TPU_KIND_POINT_LOSS;
   n->compute = tpu__compute_dtype(dt);
@@ -646,7 +628,7 @@ static tpu_status_t build_pad_edge(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &pad, &np));
   TPU_RETURN_IF_ERROR(pad_edge_shape(b, d, x, pad, np, shape));
-  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented_for(b, d->kernel, x->dtype);
+  if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, d->kernel, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_set_ilist(n, pad, np));
@@ -672,7 +654,7 @@ static tpu_status_t build_pad_edge_backward(tpu_build_t* b) {
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(go->dtype),
                     tpu__dtype_c10_name(x->dtype));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, d->kernel, x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, d->kernel, x->dtype);
   static const char* const dim_names[3] = {"width", "height", "depth"};
   const char* who = d->mode == PAD_REFLECT ? "grad_output" : "gradOutput";
   if (go->ndim != x->ndim) {
@@ -788,7 +770,7 @@ static tpu_status_t build_im2col(tpu_build_t* b) {
                     (long long)w[0], (long long)w[1], (long long)w[2], (long long)w[3], (long long)w[4],
                     (long long)w[5], (long long)oh, (long long)ow);
   if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_BOOL)
-    return not_implemented_for(b, "im2col_out_cpu", x->dtype);
+    return tpu__err_not_implemented_for(b, "im2col_out_cpu", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_IM2COL;
@@ -835,7 +817,7 @@ static tpu_status_t build_col2im(tpu_build_t* b) {
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected output spatial size to be positive, but got: "
                     "output_size=(%lld, %lld).", (long long)osz[0], (long long)osz[1]);
   if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_BOOL)
-    return not_implemented_for(b, "col2im_out_cpu", x->dtype);
+    return tpu__err_not_implemented_for(b, "col2im_out_cpu", x->dtype);
   int64_t nb = batched ? x->sizes[0] : 1, c = planes / kk;
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));

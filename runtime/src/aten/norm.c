@@ -110,23 +110,6 @@ static bool is_reduced_float(tpu_dtype_t t) { return t == TPU_DTYPE_BF16 || t ==
 /* ATen's opmath type: reduced floats accumulate (and keep statistics) in float32. */
 static tpu_dtype_t opmath(tpu_dtype_t t) { return is_reduced_float(t) ? TPU_DTYPE_F32 : t; }
 
-/* An optional tensor argument: *out is NULL for None (or an undefined tensor). */
-static tpu_status_t opt_tensor(tpu_build_t* b, int i, const tpu_view_t** out) {
-  *out = NULL;
-  if (tpu__arg_is_none(b, i)) return NULL;
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (a->kind == TPU_ARG_TENSOR && !a->tensor.storage) return NULL;
-  return tpu__arg_tensor(b, i, out);
-}
-
-static tpu_status_t add_opt(tpu_build_t* b, const tpu_view_t* v) {
-  return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
-}
-
-static tpu_status_t not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
-}
-
 static tpu_status_t expect_dtype(tpu_build_t* b, tpu_dtype_t expected, tpu_dtype_t found) {
   if (expected == found) return NULL;
   return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(expected),
@@ -159,7 +142,7 @@ static tpu_status_t bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
  * another); the tpu kernel normalizes over all dims but `dim` for any dim. */
 static tpu_status_t weight_norm_check(tpu_build_t* b, const tpu_view_t* v, const tpu_view_t* g, int64_t dim,
                                       const char* kernel) {
-  if (!tpu_dtype_is_floating(v->dtype)) return not_implemented_for(b, kernel, v->dtype);
+  if (!tpu_dtype_is_floating(v->dtype)) return tpu__err_not_implemented_for(b, kernel, v->dtype);
   TPU_RETURN_IF_ERROR(expect_dtype(b, v->dtype, g->dtype));
   if (dim < 0 || dim >= v->ndim)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
@@ -270,8 +253,8 @@ static tpu_status_t build_group_norm(tpu_build_t* b) {
   int64_t d[4];
   double eps;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 1, &w));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 2, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 1, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 2, &bias));
   TPU_RETURN_IF_ERROR(gn_dims(b, 3, x, d));
   TPU_RETURN_IF_ERROR(tpu__arg_double(b, 7, &eps));
   TPU_RETURN_IF_ERROR(gn_param_check(b, x, w, d[1], "weight", w));
@@ -279,15 +262,15 @@ static tpu_status_t build_group_norm(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(gn_param_check(b, x, bias, d[1], "bias", w));
   bool mixed;
   TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, w, bias, &mixed));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "GroupNormKernelImpl", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "GroupNormKernelImpl", x->dtype);
   if (d[1] == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected number of channels to be greater than 0, got 0");
   if (d[2] == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected HxW to be greater than 0, got 0");
   if (tpu_view_numel(x) != 0 && tpu_view_numel(x) != d[0] * d[1] * d[2])
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected X.numel() == N * C * HxW to be true, but got false.");
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
-  TPU_RETURN_IF_ERROR(add_opt(b, w));
-  TPU_RETURN_IF_ERROR(add_opt(b, bias));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bias));
   n->kind = TPU_KIND_GROUP_NORM;
   for (int i = 0; i < 4; ++i) n->ia[i] = d[i];
   n->da[0] = eps;
@@ -309,13 +292,13 @@ static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &mean));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &rstd));
-  TPU_RETURN_IF_ERROR(opt_tensor(b, 4, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &w));
   TPU_RETURN_IF_ERROR(gn_dims(b, 5, x, d));
   TPU_RETURN_IF_ERROR(bool_mask(b, 9, 3, mask));
   if (x->dtype != dy->dtype) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected scalar types of X and dY are same.");
   bool mixed;
   TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, mean, rstd, &mixed));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented_for(b, "GroupNormBackwardKernelImpl", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "GroupNormBackwardKernelImpl", x->dtype);
   int64_t numel = tpu_view_numel(x);
   if (numel != 0) {
     if (numel != d[0] * d[1] * d[2] || tpu_view_numel(dy) != numel)
@@ -330,7 +313,7 @@ static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, mean));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, rstd));
-  TPU_RETURN_IF_ERROR(add_opt(b, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, w));
   n->kind = TPU_KIND_GROUP_NORM_BACKWARD;
   for (int i = 0; i < 4; ++i) n->ia[i] = d[i];
   tpu_dtype_t pdt = w ? w->dtype : x->dtype;
