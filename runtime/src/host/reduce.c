@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "host/host.h"
+#include "host/vmath.h"
 
 typedef struct rows_s {
   void* data;
@@ -350,9 +351,68 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   return NULL;
 }
 
+/* Sum/mean over leading dims of a dense input (a bias gradient: [tokens, features] ->
+ * [features]): rows stay where they are and are added into a column accumulator, instead
+ * of being transposed into reduction rows first. Each column is summed in index order in
+ * double, whatever the thread count (threads split the columns). */
+typedef struct colsum_s {
+  const void* x;
+  bool f32;
+  int64_t nred, cols;
+  double* acc;
+} colsum_t;
+
+TPU_ISA_CLONES static tpu_status_t colsum_chunk(void* arg, int64_t cb, int64_t ce, int tid) {
+  colsum_t* C = arg;
+  double* acc = C->acc;
+  for (int64_t j = cb; j < ce; ++j) acc[j] = 0;
+  for (int64_t r = 0; r < C->nred; ++r) {
+    if (C->f32) {
+      const float* x = (const float*)C->x + r * C->cols;
+      for (int64_t j = cb; j < ce; ++j) acc[j] += (double)x[j];
+    } else {
+      const double* x = (const double*)C->x + r * C->cols;
+      for (int64_t j = cb; j < ce; ++j) acc[j] += x[j];
+    }
+  }
+  return NULL;
+}
+
+static bool leading_dims_reduced(const tpu_operand_t* op, uint32_t mask, int64_t* nred, int64_t* cols) {
+  int d = 0;
+  *nred = *cols = 1;
+  while (d < op->ndim && (mask & (1u << d))) *nred *= op->sizes[d++];
+  if (d == 0 || d == op->ndim) return false;
+  for (int e = d; e < op->ndim; ++e) {
+    if (mask & (1u << e)) return false;
+    *cols *= op->sizes[e];
+  }
+  return true;
+}
+
+static tpu_status_t column_sum_kernel(tpu_node_t* node, tpu_dtype_t dt, int64_t nred, int64_t cols) {
+  double* acc = alloc8(cols);
+  if (!acc) return TPU_HOST_NOMEM();
+  colsum_t C = {tpu__operand_ptr(&node->in[0]), dt == TPU_DTYPE_F32, nred, cols, acc};
+  tpu_status_t st = nred * cols >= TPU_PARALLEL_MIN_WORK && cols >= 64
+                        ? tpu__parallel_for(cols, 64, colsum_chunk, &C)
+                        : colsum_chunk(&C, 0, cols, 0);
+  if (!st && node->kind == TPU_KIND_RED_MEAN)
+    for (int64_t j = 0; j < cols; ++j) acc[j] /= (double)nred;
+  if (!st) tpu__unpack(&node->out[0], acc, TPU_DTYPE_F64);
+  tpu__free(acc);
+  return st;
+}
+
 static tpu_status_t reduce_kernel(tpu_node_t* node) {
   tpu_dtype_t dt = buf_dtype(node);
   bool fl = dt != TPU_DTYPE_I64;
+  const tpu_operand_t* in = &node->in[0];
+  int64_t nred, cols;
+  if ((node->kind == TPU_KIND_RED_SUM || node->kind == TPU_KIND_RED_MEAN) && fl &&
+      in->dtype == dt && (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && !in->is_scalar &&
+      tpu__operand_is_contiguous(in) && leading_dims_reduced(in, (uint32_t)node->ia[0], &nred, &cols))
+    return column_sum_kernel(node, dt, nred, cols);
   rows_t r;
   TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
   int64_t outer = r.outer, inner = r.inner;
