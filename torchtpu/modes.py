@@ -111,7 +111,29 @@ def flush(device: int | None = None, reason: str = "torchtpu.flush()") -> None:
     _C._flush(_dev._index(device), reason)
 
 
+def _cut_after_backward() -> None:
+    """Makes the end of every backward pass a defer_and_fuse cut point: the backward graph
+    is queued (and runs) while Python goes on to trace the optimizer step."""
+    import torch
+
+    def cut(fn):
+        def wrapper(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if get_eager_mode() == "defer_and_fuse":
+                for d in range(_C._device_count()):
+                    _C._flush(d, "end of backward")
+            return out
+        wrapper.__wrapped__ = fn
+        wrapper.__doc__, wrapper.__name__, wrapper.__qualname__ = fn.__doc__, fn.__name__, fn.__qualname__
+        return wrapper
+
+    if not hasattr(torch.autograd.backward, "__wrapped__"):
+        torch.autograd.backward = cut(torch.autograd.backward)
+        torch.autograd.grad = cut(torch.autograd.grad)
+
+
 def _init_from_env() -> None:
+    _cut_after_backward()
     mode = os.environ.get("TORCHTPU_EAGER_MODE")
     if os.environ.get("TPU_LAUNCH_BLOCKING", "0") not in ("", "0"):
         mode = mode or "debug"
