@@ -21,10 +21,8 @@ from torchtpu import validate  # noqa: E402
 from torchtpu._validate import runner  # noqa: E402
 
 XFAIL = {
-    "tv/segmentation/lraspp_mobilenet_v3_large": "aten::upsample_bilinear2d runs on the CPU fallback",
     "tv/detection/fasterrcnn_mobilenet_v3_large_320_fpn":
-        "upsample_bilinear2d/upsample_nearest2d, torchvision::nms and roi_align run on the "
-        "CPU fallback",
+        "torchvision::nms and torchvision::roi_align run on the CPU fallback",
 }
 
 _IDS, _TRAIN = validate.ci_sample()
