@@ -111,6 +111,24 @@ def flush(device: int | None = None, reason: str = "torchtpu.flush()") -> None:
     _C._flush(_dev._index(device), reason)
 
 
+_backward_ran = False
+
+
+def _let_autograd_threads_finish() -> None:
+    """At exit, give the autograd engine's device threads a moment to drop their last
+    graph task. Each backward stashes a Python object (a contextvars copy) in the task's
+    thread-local state; a device thread that releases it after interpreter finalization
+    has begun cannot take the GIL, is unwound by Python, and the unwinding through
+    PyTorch's noexcept destructor aborts the process ("terminate called without an
+    active exception"). Sleeping here releases the GIL while the interpreter still works."""
+    if _backward_ran:
+        import time
+        time.sleep(0.05)
+
+
+atexit.register(_let_autograd_threads_finish)
+
+
 def _cut_after_backward() -> None:
     """Makes the end of every backward pass a defer_and_fuse cut point: the backward graph
     is queued (and runs) while Python goes on to trace the optimizer step."""
@@ -118,7 +136,9 @@ def _cut_after_backward() -> None:
 
     def cut(fn):
         def wrapper(*args, **kwargs):
+            global _backward_ran
             out = fn(*args, **kwargs)
+            _backward_ran = True
             if get_eager_mode() == "defer_and_fuse":
                 for d in range(_C._device_count()):
                     _C._flush(d, "end of backward")
