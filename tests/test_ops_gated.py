@@ -16,17 +16,13 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
+from tolerances import tol
 
 A = torch.ops.aten
 DEV = "tpu"
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
-# (rtol, atol) per dtype, for one rounding of a result computed in float32/float64.
-TOL = {
-    torch.float32: (1e-5, 1e-5),
-    torch.float64: (1e-10, 1e-10),
-    torch.bfloat16: (1.6e-2, 1.6e-2),
-    torch.float16: (2e-3, 2e-3),
-}
+# (rtol, atol) per dtype, from the one tolerance table (torchtpu/_tolerances.py)
+TOL = {dt: (tol(dt)["rtol"], tol(dt)["atol"]) for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16)}
 CELL_OPS = ("_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
             "_thnn_fused_gru_cell_backward")
 

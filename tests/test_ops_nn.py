@@ -13,17 +13,13 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchtpu
+from tolerances import tol
 
 A = torch.ops.aten
 DEV = "tpu"
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
-# (rtol, atol) per dtype: the tpu kernels accumulate in f64 and round once, ATen in f32.
-TOL = {
-    torch.float32: (1e-5, 1e-5),
-    torch.float64: (1e-10, 1e-10),
-    torch.bfloat16: (1.6e-2, 1.6e-2),
-    torch.float16: (2e-3, 2e-3),
-}
+# (rtol, atol) per dtype, from the one tolerance table (torchtpu/_tolerances.py)
+TOL = {dt: (tol(dt)["rtol"], tol(dt)["atol"]) for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16)}
 
 
 def close(actual, expected, dtype=None, scale=1.0):

@@ -14,19 +14,14 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
+from tolerances import tol
 
 A = torch.ops.aten
 DEV = "tpu"
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-# (rtol, atol) per dtype. The kernels use ATen's index arithmetic and precision, so results
-# are mostly bit-identical; float sums may differ in the last bit.
-TOL = {
-    torch.float32: (1.3e-5, 1e-5),
-    torch.float64: (1e-9, 1e-10),
-    torch.bfloat16: (1.6e-2, 1e-2),
-    torch.float16: (1e-3, 1e-3),
-    torch.uint8: (0, 0),
-}
+# (rtol, atol) per dtype, from the one tolerance table (torchtpu/_tolerances.py)
+TOL = {dt: (tol(dt)["rtol"], tol(dt)["atol"]) for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16)}
+TOL[torch.uint8] = (0, 0)
 
 UPSAMPLE_OPS = ["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
                 "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d",

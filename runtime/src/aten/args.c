@@ -193,3 +193,14 @@ tpu_status_t tpu__node_add_opt(tpu_build_t* b, const tpu_view_t* v) {
 tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {
   return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, tpu__dtype_c10_name(t));
 }
+
+tpu_status_t tpu__arg_bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
+  for (int k = 0; k < want; ++k) mask[k] = true;
+  const tpu_arg_t* a = tpu__arg(b, i);
+  if (!a || a->kind == TPU_ARG_NONE) return NULL;
+  if (a->kind == TPU_ARG_BOOL) { for (int k = 0; k < want; ++k) mask[k] = a->v.b; return NULL; }
+  if (a->kind != TPU_ARG_INTLIST || a->list_len != want)
+    return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be bool[%d]", i, want);
+  for (int k = 0; k < want; ++k) mask[k] = a->list[k] != 0;
+  return NULL;
+}

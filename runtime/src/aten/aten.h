@@ -56,6 +56,9 @@ tpu_status_t tpu__arg_intlist(tpu_build_t* b, int i, const int64_t** out, int* o
 tpu_status_t tpu__arg_tensor_opt(tpu_build_t* b, int i, const tpu_view_t** out);
 /* Adds v as the node's next input, or an absent input when v is NULL. */
 tpu_status_t tpu__node_add_opt(tpu_build_t* b, const tpu_view_t* v);
+/* A bool[want] argument (output masks), passed as a list of 0/1 ints; None or a single
+ * bool fills every entry (None: true). */
+tpu_status_t tpu__arg_bool_mask(tpu_build_t* b, int i, int want, bool* mask);
 /* UNIMPLEMENTED with ATen's message: "<kernel>" not implemented for '<dtype>'. */
 tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t);
 

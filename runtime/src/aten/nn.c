@@ -105,18 +105,6 @@ static tpu_status_t build_layer_norm(tpu_build_t* b) {
   return NULL;
 }
 
-/* Reads a bool[N] argument, which the adapter passes as a list of 0/1 ints. */
-static tpu_status_t bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
-  for (int k = 0; k < want; ++k) mask[k] = true;
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (!a || a->kind == TPU_ARG_NONE) return NULL;
-  if (a->kind == TPU_ARG_BOOL) { for (int k = 0; k < want; ++k) mask[k] = a->v.b; return NULL; }
-  if (a->kind != TPU_ARG_INTLIST || a->list_len != want)
-    return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be bool[%d]", i, want);
-  for (int k = 0; k < want; ++k) mask[k] = a->list[k] != 0;
-  return NULL;
-}
-
 /* native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
  * output_mask) -> (grad_input, grad_weight, grad_bias). An output whose mask bit is false
  * is absent (an undefined tensor), as on CPU. */
@@ -132,7 +120,7 @@ static tpu_status_t build_layer_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 4, &rstd));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 5, &w));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 6, &bias));
-  TPU_RETURN_IF_ERROR(bool_mask(b, 7, 3, mask));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_mask(b, 7, 3, mask));
   TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
   bool mixed;
   TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
@@ -443,7 +431,7 @@ static tpu_status_t build_sdpa_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &k));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &v));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &bias));
-  TPU_RETURN_IF_ERROR(bool_mask(b, 5, 4, mask));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_mask(b, 5, 4, mask));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 6, &o));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 7, &lse));
   TPU_RETURN_IF_ERROR(tpu__arg_double_opt(b, 12, 0.0, &dropout));

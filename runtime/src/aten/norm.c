@@ -122,18 +122,6 @@ static bool same_shape(const tpu_view_t* a, const tpu_view_t* c) {
   return true;
 }
 
-/* Reads a bool[N] argument, which the adapter passes as a list of 0/1 ints. */
-static tpu_status_t bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
-  for (int k = 0; k < want; ++k) mask[k] = true;
-  const tpu_arg_t* a = tpu__arg(b, i);
-  if (!a || a->kind == TPU_ARG_NONE) return NULL;
-  if (a->kind == TPU_ARG_BOOL) { for (int k = 0; k < want; ++k) mask[k] = a->v.b; return NULL; }
-  if (a->kind != TPU_ARG_INTLIST || a->list_len != want)
-    return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be bool[%d]", i, want);
-  for (int k = 0; k < want; ++k) mask[k] = a->list[k] != 0;
-  return NULL;
-}
-
 /* ---- weight norm -------------------------------------------------------------------- */
 
 /* Shape and dtype rules shared by _weight_norm_interface and its backward: v and g of
@@ -294,7 +282,7 @@ static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &rstd));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &w));
   TPU_RETURN_IF_ERROR(gn_dims(b, 5, x, d));
-  TPU_RETURN_IF_ERROR(bool_mask(b, 9, 3, mask));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_mask(b, 9, 3, mask));
   if (x->dtype != dy->dtype) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected scalar types of X and dY are same.");
   bool mixed;
   TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, mean, rstd, &mixed));
