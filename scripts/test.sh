@@ -8,11 +8,11 @@ cd "$root"
 blas() { "$venv/bin/python" -c "import scipy_openblas32 as s; print(s.get_$1_dir())"; }
 echo "== C tests (libtpurt, no PyTorch)"
 make -s -C runtime test OPENBLAS_INC="$(blas include)" OPENBLAS_LIB="$(blas lib)"
-echo "== pytest, strict mode (default)"
+echo "== pytest, defer_and_fuse mode (default)"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"
 # The same tests in the other eager modes (debug warns on NaN instead of raising: the op
 # tests compute NaN and Inf on purpose).
-for mode in defer_and_fuse debug; do
+for mode in strict debug; do
   echo "== pytest, $mode mode"
   TORCHTPU_EAGER_MODE=$mode TORCHTPU_DEBUG_NAN=warn \
     "$venv/bin/python" -m pytest -q -p no:cacheprovider tests "$@"

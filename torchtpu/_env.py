@@ -7,7 +7,7 @@ ENV_VARS = {
     "TPU_VISIBLE_DEVICES": "(C) comma-separated device list; its length is the device count "
                            "when TORCHTPU_NUM_DEVICES is unset",
     "TORCHTPU_HBM_BYTES": "(C) per-device memory capacity in bytes (default: half of host RAM)",
-    "TORCHTPU_EAGER_MODE": "strict (default), debug or defer_and_fuse",
+    "TORCHTPU_EAGER_MODE": "defer_and_fuse (default), strict or debug",
     "TPU_LAUNCH_BLOCKING": "1: debug eager mode (launch-blocking with checks) unless "
                            "TORCHTPU_EAGER_MODE says otherwise; the C queue also blocks",
     "TORCHTPU_DEBUG_NAN": "debug mode's NaN/Inf check: raise (default), warn or off",
