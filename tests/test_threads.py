@@ -39,7 +39,10 @@ out["cumsum"] = xd.cumsum(1)
 out["emb"] = F.embedding(idx.to(dev), xd)
 out["index_select"] = xd.index_select(0, idx.to(dev))
 out["conv"] = F.conv2d(img.to(dev), cw.to(dev), padding=1)
-out["sdpa"] = F.scaled_dot_product_attention(q.to(dev), k.to(dev), v.to(dev), is_causal=True)
+qd, kd, vd = (t.to(dev).requires_grad_() for t in (q, k, v))
+out["sdpa"] = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+out["sdpa"].square().sum().backward()
+out["sdpa_dq"], out["sdpa_dk"], out["sdpa_dv"] = qd.grad, kd.grad, vd.grad
 (ln.square().sum() + torch.log_softmax(xd, 1).sum()).backward()
 out["grad_x"] = xd.grad
 torch.save({k: v.detach().cpu() for k, v in out.items()}, sys.argv[1])

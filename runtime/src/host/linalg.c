@@ -27,12 +27,15 @@
  * large products and one thread for small ones: waking BLAS workers costs more than a
  * small GEMM, and on a machine whose cores are busy a woken worker can wait a whole
  * scheduler slice (measured: 128x128x64 attention GEMMs 100x slower with 2 threads on a
- * loaded 2-core machine). BLAS runs only on the queue thread and never inside a pool
- * region, so its threads and the pool's take turns on the cores. */
+ * loaded 2-core machine). Multi-threaded BLAS runs only on the queue thread outside pool
+ * regions, so its threads and the pool's take turns on the cores; inside a region (heads
+ * of attention in parallel) each pool thread makes single-threaded calls. */
 static atomic_int blas_threads_set;
 
 void tpu__blas_prepare(double flops) {
-  int want = flops < TPU_BLAS_SERIAL_FLOPS ? 1 : tpu__num_threads();
+  /* inside a pool region every thread runs its own single-threaded GEMMs (the region's
+   * owner set one BLAS thread before entering it) */
+  int want = flops < TPU_BLAS_SERIAL_FLOPS || tpu__in_parallel_region() ? 1 : tpu__num_threads();
   if (atomic_exchange(&blas_threads_set, want) != want) scipy_openblas_set_num_threads(want);
 }
 

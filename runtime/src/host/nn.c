@@ -543,36 +543,105 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
       for (int64_t i = 0; i < d->L; ++i)                                                       \
         for (int64_t j = i + 1; j < d->S; ++j) sc[i * d->S + j] = -(T)INFINITY;                \
   }                                                                                            \
+  /* Heads run in parallel, each with its own score buffers and single-threaded GEMMs; a  \
+   * head's rows then run serially (a nested region), in the same order as before. */       \
+  typedef struct heads_##SFX##_s {                                                             \
+    tpu_node_t* n; const sdpa_dims_t* d; const tpu_operand_t* bias; int64_t grp;               \
+    const T *q, *k, *v, *go, *o; T *out, *lse, *dq, *dk, *dv;                                  \
+  } heads_##SFX;                                                                               \
+  static tpu_status_t fwd_heads_##SFX(void* arg, int64_t hb, int64_t he, int tid) {           \
+    heads_##SFX* X = arg;                                                                      \
+    const sdpa_dims_t* d = X->d;                                                               \
+    T* sc = tpu__malloc(sizeof(T) * (size_t)(2 * d->L * d->S + 1));                            \
+    if (!sc) return TPU_HOST_NOMEM();                                                          \
+    T* tmp = sc + d->L * d->S;                                                                 \
+    for (int64_t bh = hb; bh < he; ++bh) {                                                     \
+      int64_t b = bh / d->H, h = bh % d->H, bk = b * d->Hk + h / X->grp;                       \
+      scores_##SFX(X->n, d, X->bias, b, h, X->q + bh * d->L * d->E, X->k + bk * d->S * d->E, sc, tmp); \
+      sm_ctx_##SFX C = {sc, X->lse + bh * d->L, d->S, NULL, NULL, NULL, NULL, 0, NULL};        \
+      attn_rows_##SFX(d->L, d->S, sm_rows_##SFX, &C);                                          \
+      gemm_##SFX(false, false, d->L, d->Ev, d->S, 1, sc, d->S, X->v + bk * d->S * d->Ev, d->Ev, 0, \
+                 X->out + bh * d->L * d->Ev, d->Ev);                                           \
+    }                                                                                          \
+    tpu__free(sc);                                                                             \
+    return NULL;                                                                               \
+  }                                                                                            \
+  /* Heads in parallel when there are several and enough work; BLAS is set to one thread   \
+   * before the region so that the pool threads' GEMMs do not oversubscribe the cores. */     \
+  static tpu_status_t run_heads_##SFX(tpu_parallel_fn fn, heads_##SFX* X, int64_t nheads,     \
+                                      int64_t per_head) {                                      \
+    if (nheads > 1 && nheads * per_head >= TPU_PARALLEL_MIN_WORK) {                            \
+      tpu__blas_prepare(0);                                                                    \
+      return tpu__parallel_for(nheads, 1, fn, X);                                              \
+    }                                                                                          \
+    return fn(X, 0, nheads, 0);                                                                \
+  }                                                                                            \
   static tpu_status_t sdpa_fwd_##SFX(tpu_node_t* n) {                                          \
     sdpa_dims_t d = sdpa_dims(n, 0);                                                           \
-    const tpu_operand_t* bias = &n->in[3];                                                     \
-    int64_t grp = d.H / d.Hk;                                                                  \
-    void* buf[7] = {0};                                                                        \
+    void* buf[5] = {0};                                                                        \
     T* q = buf[0] = tpu__pack_alloc(&n->in[0], CDT);                                           \
     T* k = buf[1] = tpu__pack_alloc(&n->in[1], CDT);                                           \
     T* v = buf[2] = tpu__pack_alloc(&n->in[2], CDT);                                           \
     T* o = buf[3] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L * d.Ev + 1));             \
     T* lse = buf[4] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L + 1));                  \
-    T* sc = buf[5] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                         \
-    T* tmp = buf[6] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                        \
-    if (!q || !k || !v || !o || !lse || !sc || !tmp) {                                         \
-      free_all(buf, 7);                                                                        \
+    if (!q || !k || !v || !o || !lse) {                                                        \
+      free_all(buf, 5);                                                                        \
       return TPU_HOST_NOMEM();                                                                 \
     }                                                                                          \
-    for (int64_t b = 0; b < d.B; ++b)                                                          \
-      for (int64_t h = 0; h < d.H; ++h) {                                                      \
-        int64_t bh = b * d.H + h, bk = b * d.Hk + h / grp;                                     \
-        const T* qp = q + bh * d.L * d.E;                                                      \
-        const T* kp = k + bk * d.S * d.E;                                                      \
-        const T* vp = v + bk * d.S * d.Ev;                                                     \
-        scores_##SFX(n, &d, bias, b, h, qp, kp, sc, tmp);                                      \
-        sm_ctx_##SFX C = {sc, lse + bh * d.L, d.S, NULL, NULL, NULL, NULL, 0, NULL};           \
-        attn_rows_##SFX(d.L, d.S, sm_rows_##SFX, &C);                                          \
-        gemm_##SFX(false, false, d.L, d.Ev, d.S, 1, sc, d.S, vp, d.Ev, 0, o + bh * d.L * d.Ev, d.Ev); \
+    heads_##SFX X = {n, &d, &n->in[3], d.H / d.Hk, q, k, v, NULL, NULL, o, lse, NULL, NULL, NULL}; \
+    tpu_status_t st = run_heads_##SFX(fwd_heads_##SFX, &X, d.B * d.H, d.L * d.S * (d.E + d.Ev)); \
+    if (!st) {                                                                                 \
+      tpu__unpack(&n->out[0], o, CDT);                                                         \
+      tpu__unpack(&n->out[1], lse, CDT);                                                       \
+    }                                                                                          \
+    free_all(buf, 5);                                                                          \
+    return st;                                                                                 \
+  }                                                                                            \
+  /* One head's backward: dv, dk of its KV head accumulate (heads of a GQA group in order);  \
+   * db (a broadcast bias gradient) accumulates across heads. */                             \
+  static void bwd_head_##SFX(heads_##SFX* X, int64_t bh, T* p, T* dp, T* tmp, T* db,           \
+                             const int64_t* bstr) {                                            \
+    const sdpa_dims_t* d = X->d;                                                               \
+    int64_t b = bh / d->H, h = bh % d->H, bk = b * d->Hk + h / X->grp;                         \
+    T scale = (T)X->n->da[0];                                                                  \
+    const T* qp = X->q + bh * d->L * d->E;                                                     \
+    const T* kp = X->k + bk * d->S * d->E;                                                     \
+    const T* vp = X->v + bk * d->S * d->Ev;                                                    \
+    const T* gop = X->go + bh * d->L * d->Ev;                                                  \
+    const T* op = X->o + bh * d->L * d->Ev;                                                    \
+    scores_##SFX(X->n, d, X->bias, b, h, qp, kp, p, tmp);                                      \
+    sm_ctx_##SFX C = {p, X->lse + bh * d->L, d->S, dp, gop, op, NULL, d->Ev, NULL};            \
+    attn_rows_##SFX(d->L, d->S, p_rows_##SFX, &C);                                             \
+    gemm_##SFX(true, false, d->S, d->Ev, d->L, 1, p, d->S, gop, d->Ev, 1, X->dv + bk * d->S * d->Ev, d->Ev); \
+    gemm_##SFX(false, true, d->L, d->S, d->Ev, 1, gop, d->Ev, vp, d->Ev, 0, dp, d->S);         \
+    if (db) {                                                                                  \
+      for (int64_t i = 0; i < d->L; ++i) {                                                     \
+        T di = 0;                                                                              \
+        for (int64_t e = 0; e < d->Ev; ++e) di += gop[i * d->Ev + e] * op[i * d->Ev + e];      \
+        for (int64_t j = 0; j < d->S; ++j) {                                                   \
+          T ds = p[i * d->S + j] * (dp[i * d->S + j] - di);                                    \
+          dp[i * d->S + j] = ds;                                                               \
+          db[b * bstr[0] + h * bstr[1] + i * bstr[2] + j * bstr[3]] += ds;                     \
+        }                                                                                      \
       }                                                                                        \
-    tpu__unpack(&n->out[0], o, CDT);                                                           \
-    tpu__unpack(&n->out[1], lse, CDT);                                                         \
-    free_all(buf, 7);                                                                          \
+    } else {                                                                                   \
+      attn_rows_##SFX(d->L, d->S, ds_rows_##SFX, &C);                                          \
+    }                                                                                          \
+    gemm_##SFX(false, false, d->L, d->E, d->S, scale, dp, d->S, kp, d->E, 0, X->dq + bh * d->L * d->E, d->E); \
+    gemm_##SFX(true, false, d->S, d->E, d->L, scale, dp, d->S, qp, d->E, 1, X->dk + bk * d->S * d->E, d->E); \
+  }                                                                                            \
+  /* Region over KV heads: each owns its dk/dv slice and runs its query heads in order. */   \
+  static tpu_status_t bwd_kv_heads_##SFX(void* arg, int64_t kb, int64_t ke, int tid) {        \
+    heads_##SFX* X = arg;                                                                      \
+    const sdpa_dims_t* d = X->d;                                                               \
+    T* p = tpu__malloc(sizeof(T) * (size_t)(3 * d->L * d->S + 1));                             \
+    if (!p) return TPU_HOST_NOMEM();                                                           \
+    for (int64_t kv = kb; kv < ke; ++kv) {                                                     \
+      int64_t b = kv / d->Hk, hk = kv % d->Hk;                                                 \
+      for (int64_t g = 0; g < X->grp; ++g)                                                     \
+        bwd_head_##SFX(X, b * d->H + hk * X->grp + g, p, p + d->L * d->S, p + 2 * d->L * d->S, NULL, NULL); \
+    }                                                                                          \
+    tpu__free(p);                                                                              \
     return NULL;                                                                               \
   }                                                                                            \
   /* P is rebuilt from the saved logsumexp; dS = P * (dO V^T - rowsum(dO * O)). */             \
@@ -580,15 +649,13 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     sdpa_dims_t d = sdpa_dims(n, 1);                                                           \
     const tpu_operand_t* bias = &n->in[4];                                                     \
     bool gbias = n->ia[1];                                                                     \
-    int64_t grp = d.H / d.Hk;                                                                  \
-    T scale = (T)n->da[0];                                                                     \
     int64_t bshape[4] = {1, 1, 1, 1}, bstr[4] = {0, 0, 0, 0}, bnum = 1;                        \
     if (gbias) {                                                                               \
       int off = 4 - bias->ndim;                                                                \
       for (int i = 0; i < bias->ndim; ++i) bshape[off + i] = bias->sizes[i];                   \
       for (int i = 3; i >= 0; --i) { bstr[i] = bshape[i] == 1 ? 0 : bnum; bnum *= bshape[i]; } \
     }                                                                                          \
-    void* buf[13] = {0};                                                                       \
+    void* buf[11] = {0};                                                                       \
     T* go = buf[0] = tpu__pack_alloc(&n->in[0], CDT);                                          \
     T* q = buf[1] = tpu__pack_alloc(&n->in[1], CDT);                                           \
     T* k = buf[2] = tpu__pack_alloc(&n->in[2], CDT);                                           \
@@ -598,50 +665,28 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     T* dq = buf[6] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L * d.E + 1));             \
     T* dk = buf[7] = tpu__calloc((size_t)(d.B * d.Hk * d.S * d.E + 1), sizeof(T));             \
     T* dv = buf[8] = tpu__calloc((size_t)(d.B * d.Hk * d.S * d.Ev + 1), sizeof(T));            \
-    T* p = buf[9] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                          \
-    T* dp = buf[10] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                        \
-    T* tmp = buf[11] = tpu__malloc(sizeof(T) * (size_t)(d.L * d.S + 1));                       \
-    T* db = gbias ? (buf[12] = tpu__calloc((size_t)bnum, sizeof(T))) : NULL;                   \
-    if (!go || !q || !k || !v || !o || !lse || !dq || !dk || !dv || !p || !dp || !tmp ||       \
-        (gbias && !db)) {                                                                      \
-      free_all(buf, 13);                                                                       \
+    T* db = gbias ? (buf[9] = tpu__calloc((size_t)bnum, sizeof(T))) : NULL;                    \
+    T* p = gbias ? (buf[10] = tpu__malloc(sizeof(T) * (size_t)(3 * d.L * d.S + 1))) : NULL;    \
+    if (!go || !q || !k || !v || !o || !lse || !dq || !dk || !dv || (gbias && (!db || !p))) {  \
+      free_all(buf, 11);                                                                       \
       return TPU_HOST_NOMEM();                                                                 \
     }                                                                                          \
-    for (int64_t b = 0; b < d.B; ++b)                                                          \
-      for (int64_t h = 0; h < d.H; ++h) {                                                      \
-        int64_t bh = b * d.H + h, bk = b * d.Hk + h / grp;                                     \
-        const T* qp = q + bh * d.L * d.E;                                                      \
-        const T* kp = k + bk * d.S * d.E;                                                      \
-        const T* vp = v + bk * d.S * d.Ev;                                                     \
-        const T* gop = go + bh * d.L * d.Ev;                                                   \
-        const T* op = o + bh * d.L * d.Ev;                                                     \
-        scores_##SFX(n, &d, bias, b, h, qp, kp, p, tmp);                                       \
-        sm_ctx_##SFX C = {p, lse + bh * d.L, d.S, dp, gop, op, NULL, d.Ev, NULL};              \
-        attn_rows_##SFX(d.L, d.S, p_rows_##SFX, &C);                                           \
-        gemm_##SFX(true, false, d.S, d.Ev, d.L, 1, p, d.S, gop, d.Ev, 1, dv + bk * d.S * d.Ev, d.Ev); \
-        gemm_##SFX(false, true, d.L, d.S, d.Ev, 1, gop, d.Ev, vp, d.Ev, 0, dp, d.S);           \
-        if (db) {                                                                              \
-          for (int64_t i = 0; i < d.L; ++i) {                                                  \
-            T di = 0;                                                                          \
-            for (int64_t e = 0; e < d.Ev; ++e) di += gop[i * d.Ev + e] * op[i * d.Ev + e];     \
-            for (int64_t j = 0; j < d.S; ++j) {                                                \
-              T ds = p[i * d.S + j] * (dp[i * d.S + j] - di);                                  \
-              dp[i * d.S + j] = ds;                                                            \
-              db[b * bstr[0] + h * bstr[1] + i * bstr[2] + j * bstr[3]] += ds;                 \
-            }                                                                                  \
-          }                                                                                    \
-        } else {                                                                               \
-          attn_rows_##SFX(d.L, d.S, ds_rows_##SFX, &C);                                        \
-        }                                                                                      \
-        gemm_##SFX(false, false, d.L, d.E, d.S, scale, dp, d.S, kp, d.E, 0, dq + bh * d.L * d.E, d.E); \
-        gemm_##SFX(true, false, d.S, d.E, d.L, scale, dp, d.S, qp, d.E, 1, dk + bk * d.S * d.E, d.E); \
-      }                                                                                        \
-    if (!tpu__output_absent(&n->out[0])) tpu__unpack(&n->out[0], dq, CDT);                     \
-    if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], dk, CDT);                     \
-    if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], dv, CDT);                     \
-    if (db) tpu__unpack(&n->out[3], db, CDT);                                                  \
-    free_all(buf, 13);                                                                         \
-    return NULL;                                                                               \
+    heads_##SFX X = {n, &d, bias, d.H / d.Hk, q, k, v, go, o, NULL, lse, dq, dk, dv};          \
+    tpu_status_t st = NULL;                                                                    \
+    if (gbias) /* the bias gradient sums over heads: one head after another */                 \
+      for (int64_t bh = 0; bh < d.B * d.H; ++bh)                                               \
+        bwd_head_##SFX(&X, bh, p, p + d.L * d.S, p + 2 * d.L * d.S, db, bstr);                 \
+    else                                                                                       \
+      st = run_heads_##SFX(bwd_kv_heads_##SFX, &X, d.B * d.Hk,                                 \
+                           (d.H / d.Hk) * d.L * d.S * (2 * d.E + 2 * d.Ev));                   \
+    if (!st) {                                                                                 \
+      if (!tpu__output_absent(&n->out[0])) tpu__unpack(&n->out[0], dq, CDT);                   \
+      if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], dk, CDT);                   \
+      if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], dv, CDT);                   \
+      if (db) tpu__unpack(&n->out[3], db, CDT);                                                \
+    }                                                                                          \
+    free_all(buf, 11);                                                                         \
+    return st;                                                                                 \
   }
 
 SDPA_DEFINE(float, f32, scipy_cblas_sgemm, TPU_DTYPE_F32, tpu__vexpf, logf)

@@ -39,6 +39,8 @@ static pool_t pool;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static _Thread_local bool in_region;
 
+bool tpu__in_parallel_region(void) { return in_region; }
+
 static void run_chunk(region_t* r, int c) {
   int64_t b = r->n * c / r->chunks, e = r->n * (c + 1) / r->chunks;
   r->errs[c] = b < e ? r->fn(r->ctx, b, e, c) : NULL;
