@@ -11,6 +11,9 @@ ENV_VARS = {
     "TPU_LAUNCH_BLOCKING": "1: debug eager mode (launch-blocking with checks) unless "
                            "TORCHTPU_EAGER_MODE says otherwise; the C queue also blocks",
     "TORCHTPU_DEBUG_NAN": "debug mode's NaN/Inf check: raise (default), warn or off",
+    "TORCHTPU_QUEUE_DEPTH": "(C) strict mode: queued items the host may run ahead of the "
+                            "device before it waits (default 32)",
+    "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs)",
     "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 1024)",
     "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
                          "'allow' (run silently), 'error' (raise NotImplementedError)",
