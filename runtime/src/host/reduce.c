@@ -454,8 +454,30 @@ static inline double log_add_exp(double a, double b) {
 
 /* Float rows are read and written in the row dtype (T = float or double); the running
  * values are double. */
+/* The largest element of a row, NaN if any: 16 running maxima (a loop the compiler
+ * vectorizes), then their maximum; max is exact, so the order does not matter. */
+#define ROW_MAX(T, SFX)                                                                     \
+  TPU_ISA_CLONES static double row_max_##SFX(const T* x, int64_t n) {                      \
+    T acc[16];                                                                              \
+    int nan = 0;                                                                            \
+    for (int l = 0; l < 16; ++l) acc[l] = -(T)INFINITY;                                     \
+    int64_t i = 0;                                                                          \
+    for (; i + 16 <= n; i += 16)                                                            \
+      for (int l = 0; l < 16; ++l) {                                                        \
+        T v = x[i + l];                                                                     \
+        nan |= v != v;                                                                      \
+        acc[l] = v > acc[l] ? v : acc[l];                                                   \
+      }                                                                                     \
+    T m = -(T)INFINITY;                                                                     \
+    for (int l = 0; l < 16; ++l) m = acc[l] > m ? acc[l] : m;                               \
+    for (; i < n; ++i) { nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }                    \
+    return nan ? (double)NAN : (double)m;                                                   \
+  }
+ROW_MAX(float, f32)
+ROW_MAX(double, f64)
+
 #define SCAN_ROW(T, SFX, EXPT)                                                              \
-  static void scan_row_##SFX(tpu_kind_t k, const T* fx, T* fy, int64_t* idx, int64_t n) {   \
+  TPU_ISA_CLONES static void scan_row_##SFX(tpu_kind_t k, const T* fx, T* fy, int64_t* idx, int64_t n) {   \
     switch (k) {                                                                            \
       case TPU_KIND_RED_CUMSUM: { double s = 0; for (int64_t i = 0; i < n; ++i) fy[i] = (T)(s += fx[i]); break; } \
       case TPU_KIND_RED_CUMPROD: { double s = 1; for (int64_t i = 0; i < n; ++i) fy[i] = (T)(s *= fx[i]); break; } \
@@ -480,14 +502,15 @@ static inline double log_add_exp(double a, double b) {
       }                                                                                     \
       case TPU_KIND_RED_SOFTMAX:                                                            \
       case TPU_KIND_RED_LOG_SOFTMAX: {                                                      \
-        double m = -INFINITY;                                                               \
-        for (int64_t i = 0; i < n; ++i) m = fx[i] > m || isnan(fx[i]) ? fx[i] : m;          \
+        double m = row_max_##SFX(fx, n);                                                    \
+        /* e^(x - max) into the output row (vectorized), summed in double blocks */          \
+        for (int64_t i = 0; i < n; ++i) fy[i] = (T)EXPT(fx[i] - (T)m);                      \
+        double s = block_sum_##SFX(fy, n, S_PLAIN, 0);                                      \
         if (k == TPU_KIND_RED_SOFTMAX) {                                                    \
-          for (int64_t i = 0; i < n; ++i) fy[i] = (T)EXPT(fx[i] - (T)m);                        \
-          double inv = 1.0 / block_sum_##SFX(fy, n, S_PLAIN, 0);                            \
+          double inv = 1.0 / s;                                                             \
           for (int64_t i = 0; i < n; ++i) fy[i] = (T)(fy[i] * inv);                         \
         } else {                                                                            \
-          double ls = log(block_sum_##SFX(fx, n, S_EXPDEV, m));                             \
+          double ls = log(s);                                                               \
           for (int64_t i = 0; i < n; ++i) fy[i] = (T)(fx[i] - m - ls);                      \
         }                                                                                   \
         break;                                                                              \
@@ -497,7 +520,7 @@ static inline double log_add_exp(double a, double b) {
     }                                                                                       \
   }
 
-SCAN_ROW(float, f32, expf)
+SCAN_ROW(float, f32, tpu__vexpf)
 SCAN_ROW(double, f64, exp)
 
 static void scan_row_i64(tpu_kind_t k, const int64_t* ix, int64_t* iy, int64_t* idx, int64_t n) {
@@ -585,7 +608,7 @@ static tpu_status_t scan_kernel(tpu_node_t* node) {
 
 /* grad_input of softmax: y * (g - sum(g * y)); of log_softmax: g - exp(y) * sum(g). */
 #define SOFTMAX_BWD_ROWS(T, SFX, EXPT)                                                            \
-  static void softmax_bwd_row_##SFX(bool lsm, const T* g, const T* y, T* o, int64_t n) {     \
+  TPU_ISA_CLONES static void softmax_bwd_row_##SFX(bool lsm, const T* g, const T* y, T* o, int64_t n) {     \
     double s = 0;                                                                           \
     if (lsm) {                                                                              \
       s = block_sum_##SFX(g, n, S_PLAIN, 0);                                                \
@@ -595,7 +618,7 @@ static tpu_status_t scan_kernel(tpu_node_t* node) {
       for (int64_t i = 0; i < n; ++i) o[i] = (T)(y[i] * (g[i] - s));                        \
     }                                                                                       \
   }
-SOFTMAX_BWD_ROWS(float, f32, expf)
+SOFTMAX_BWD_ROWS(float, f32, tpu__vexpf)
 SOFTMAX_BWD_ROWS(double, f64, exp)
 
 typedef struct smb_s {
