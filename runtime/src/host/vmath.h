@@ -16,7 +16,8 @@
 /* Hot float loops are compiled for AVX-512, AVX2+FMA and the baseline; the loader picks
  * one per function from cpuid (GCC function multiversioning, an ifunc per function).
  * Plain C11 does not contract a*b+c into FMA, so every variant computes the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define TPU_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TPU_ISA_CLONES
