@@ -14,7 +14,8 @@ TOLERANCES = {
 
 
 def tol(dtype):
-    return TOLERANCES.get(dtype, dict(atol=0, rtol=0))
+    """A fresh dict (callers add keyword arguments to it; the table must not change)."""
+    return dict(TOLERANCES.get(dtype, dict(atol=0, rtol=0)))
 
 
 def assert_close(actual, expected, dtype=None, **override):
