@@ -85,23 +85,6 @@ static tpu_status_t self_output(tpu_build_t* b, const tpu_view_t** out_self) {
 /* ---- uniform_(self, from, to, *, generator) ----------------------------------------- */
 
 /* float -> bfloat16 -> float, round to nearest even (finite inputs: bounds are checked). */
-static float bf16_round(float f) {
-  union { uint32_t u; float f; } x;
-  x.f = f;
-  x.u = (x.u + 0x7fffu + ((x.u >> 16) & 1u)) & 0xffff0000u;
-  return x.f;
-}
-
-/* The value a double becomes once stored as dtype t. */
-static double round_to(double v, tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_F32: return (float)v;
-    case TPU_DTYPE_F16: return (double)(_Float16)v;
-    case TPU_DTYPE_BF16: return bf16_round((float)v);
-    default: return v;
-  }
-}
-
 static tpu_status_t build_uniform(tpu_build_t* b) {
   const tpu_view_t* self;
   TPU_RETURN_IF_ERROR(self_output(b, &self));
@@ -126,8 +109,8 @@ static tpu_status_t build_uniform(tpu_build_t* b) {
                     tpu__dtype_c10_name(t), to, from);
   /* CPU casts the bounds to the tensor's dtype before sampling. */
   b->node->kind = TPU_KIND_RAND_UNIFORM;
-  b->node->da[0] = round_to(from, t);
-  b->node->da[1] = round_to(to, t);
+  b->node->da[0] = tpu__round_to_dtype(from, t);
+  b->node->da[1] = tpu__round_to_dtype(to, t);
   b->node->ia[1] = float_digits(t);
   return NULL;
 }

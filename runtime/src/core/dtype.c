@@ -100,3 +100,12 @@ const char* tpu__dtype_c10_name(tpu_dtype_t d) {
     default: return "Undefined";
   }
 }
+
+double tpu__round_to_dtype(double v, tpu_dtype_t t) {
+  switch (t) {
+    case TPU_DTYPE_F32: return (float)v;
+    case TPU_DTYPE_F16: return (double)(_Float16)v;
+    case TPU_DTYPE_BF16: return tpu__bf16_to_f32(tpu__f32_to_bf16((float)v));
+    default: return v;
+  }
+}

@@ -174,6 +174,20 @@ tpu_status_t tpu__pool_alloc(int device, uint64_t nbytes, void** out_ptr);
 void tpu__pool_free(int device, void* ptr, uint64_t nbytes);
 
 /* ---- dtype rules (core/dtype.c) */
+/* bf16 / f16 bit conversions (round to nearest even). */
+static inline float tpu__bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } x; x.u = (uint32_t)h << 16; return x.f;
+}
+static inline uint16_t tpu__f32_to_bf16(float f) {
+  union { uint32_t u; float f; } x; x.f = f;
+  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40);
+  uint32_t lsb = (x.u >> 16) & 1u;
+  return (uint16_t)((x.u + 0x7fffu + lsb) >> 16);
+}
+/* The value v becomes once stored as floating dtype t (f32, bf16, f16: rounded to nearest
+ * even; f64 and non-floating t: v). Kernels that reproduce ATen's per-step rounding in
+ * a narrow dtype call it after each operation. */
+double tpu__round_to_dtype(double v, tpu_dtype_t t);
 tpu_dtype_t tpu__promote(tpu_dtype_t a, tpu_dtype_t b);
 /* PyTorch's canCast: no float->int, no non-bool->bool, except to same category. */
 bool tpu__can_cast(tpu_dtype_t from, tpu_dtype_t to);

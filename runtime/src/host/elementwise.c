@@ -340,13 +340,11 @@ static bool zero_div[TPU_KIND_COUNT];
 /* f32 tile, then rounded through the f16/bf16 result dtype (the out= tensor is wider). */
 static void f32_round_f16(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
   tiles[nd->kind].f32(n, o, in, nd);
-  float* r = o;
-  for (int64_t i = 0; i < n; ++i) r[i] = (float)(_Float16)r[i];
+  tpu__round_f32_run(o, n, TPU_DTYPE_F16);
 }
 static void f32_round_bf16(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
   tiles[nd->kind].f32(n, o, in, nd);
-  float* r = o;
-  for (int64_t i = 0; i < n; ++i) r[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(r[i]));
+  tpu__round_f32_run(o, n, TPU_DTYPE_BF16);
 }
 
 static tpu_status_t run_tiles(tpu_node_t* n) {

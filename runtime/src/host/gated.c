@@ -24,11 +24,7 @@ static bool present(const tpu_operand_t* op) { return op->value || op->is_scalar
  * wider (an out= tensor): ATen computes in the result dtype, then casts. */
 static void round_result(float* r, int64_t n, const tpu_node_t* nd) {
   tpu_dtype_t res = (tpu_dtype_t)nd->ia[GATED_IA_RESULT];
-  if (nd->out[0].dtype == res) return;
-  if (res == TPU_DTYPE_F16)
-    for (int64_t i = 0; i < n; ++i) r[i] = (float)(_Float16)r[i];
-  else if (res == TPU_DTYPE_BF16)
-    for (int64_t i = 0; i < n; ++i) r[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(r[i]));
+  if (nd->out[0].dtype != res) tpu__round_f32_run(r, n, res);
 }
 static void round_none(double* r, int64_t n, const tpu_node_t* nd) { (void)r; (void)n; (void)nd; }
 

@@ -58,15 +58,14 @@ int64_t tpu__load_i64(const void* p, tpu_dtype_t dtype);
 void tpu__store_f64(void* p, tpu_dtype_t dtype, double v);
 void tpu__store_i64(void* p, tpu_dtype_t dtype, int64_t v);
 
-/* bf16 / f16 bit conversions (round to nearest even). */
-static inline float tpu__bf16_to_f32(uint16_t h) {
-  union { uint32_t u; float f; } x; x.u = (uint32_t)h << 16; return x.f;
-}
-static inline uint16_t tpu__f32_to_bf16(float f) {
-  union { uint32_t u; float f; } x; x.f = f;
-  if ((x.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x.u >> 16) | 0x40);
-  uint32_t lsb = (x.u >> 16) & 1u;
-  return (uint16_t)((x.u + 0x7fffu + lsb) >> 16);
+
+/* Rounds float32 values in place through a narrower float dtype (bf16, f16; others: no
+ * change), as a store to that dtype and a load back would. */
+static inline void tpu__round_f32_run(float* v, int64_t n, tpu_dtype_t dt) {
+  if (dt == TPU_DTYPE_BF16)
+    for (int64_t i = 0; i < n; ++i) v[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(v[i]));
+  else if (dt == TPU_DTYPE_F16)
+    for (int64_t i = 0; i < n; ++i) v[i] = (float)(_Float16)v[i];
 }
 
 /* ---- thread pool (host/pool.c) ----------------------------------------------------

@@ -84,15 +84,6 @@ static void next_coord(int64_t* c, const int64_t* sizes, int nd) {
 static tpu_dtype_t work_dtype(tpu_dtype_t t) { return tpu_dtype_is_floating(t) ? TPU_DTYPE_F64 : TPU_DTYPE_I64; }
 
 /* Rounds a double to the precision of dtype t (the value is then exact in t). */
-static double round_to(double v, tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_F32: return (float)v;
-    case TPU_DTYPE_F16: return (double)(_Float16)v;
-    case TPU_DTYPE_BF16: return tpu__bf16_to_f32(tpu__f32_to_bf16((float)v));
-    default: return v;
-  }
-}
-
 static int64_t wrap_to(int64_t v, tpu_dtype_t t) {
   switch (t) {
     case TPU_DTYPE_U8: return (uint8_t)v;
@@ -150,8 +141,8 @@ done:
 static void reduce_f(double* a, double b, int red, tpu_dtype_t t) {
   switch (red) {
     case RED_NONE: *a = b; return;
-    case RED_SUM: case RED_MEAN: *a = round_to(*a + b, t); return;
-    case RED_PROD: *a = round_to(*a * b, t); return;
+    case RED_SUM: case RED_MEAN: *a = tpu__round_to_dtype(*a + b, t); return;
+    case RED_PROD: *a = tpu__round_to_dtype(*a * b, t); return;
     case RED_AMAX: *a = isnan(b) || b > *a ? b : *a; return;
     case RED_AMIN: *a = isnan(b) || b < *a ? b : *a; return;
   }
@@ -197,7 +188,7 @@ static tpu_status_t scatter_kernel(tpu_node_t* n) {
     goto done;
   }
   if (cnt) for (int64_t i = 0; i < ns; ++i) cnt[i] = include_self ? 1 : 0;
-  double sv_f = round_to(srcop->scalar_d, t);
+  double sv_f = tpu__round_to_dtype(srcop->scalar_d, t);
   int64_t sv_i = wrap_to(srcop->scalar_i, t);
   if (srcop->is_scalar && t == TPU_DTYPE_BOOL) sv_i = srcop->scalar_d != 0;
   int64_t c[TPU_MAX_DIMS] = {0};
@@ -218,7 +209,7 @@ static tpu_status_t scatter_kernel(tpu_node_t* n) {
   if (cnt)
     for (int64_t i = 0; i < ns; ++i) {
       if (cnt[i] <= 1) continue;
-      if (flt) ((double*)work)[i] = round_to(((double*)work)[i] / (double)cnt[i], t);
+      if (flt) ((double*)work)[i] = tpu__round_to_dtype(((double*)work)[i] / (double)cnt[i], t);
       else ((int64_t*)work)[i] = floor_div(((int64_t*)work)[i], cnt[i]);
     }
   tpu__unpack(out, work, w);
@@ -319,7 +310,7 @@ static tpu_status_t index_acc_kernel(tpu_node_t* n) {
         if (flt) {
           double* a = (double*)work + d0 + i;
           double b = ((double*)src)[s0 + i];
-          *a = add ? round_to(*a + af * b, t) : b;
+          *a = add ? tpu__round_to_dtype(*a + af * b, t) : b;
         } else {
           int64_t* a = (int64_t*)work + d0 + i;
           int64_t b = ((int64_t*)src)[s0 + i];
@@ -860,7 +851,7 @@ static tpu_status_t eye_kernel(tpu_node_t* n) {
 /* ---- linspace / logspace -------------------------------------------------------------- */
 
 /* Rounds a float result to dtype t, as c10's Half/BFloat16 arithmetic stores it. */
-static float round_f(float v, tpu_dtype_t t) { return (float)round_to(v, t); }
+static float round_f(float v, tpu_dtype_t t) { return (float)tpu__round_to_dtype(v, t); }
 
 /* Start (k = 0) or end (k = 1) as Scalar::to<T>() gives it for dtype t: a floating t as
  * a double holding the t value, an integer t (and bool) as int64. */

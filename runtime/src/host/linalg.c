@@ -135,13 +135,6 @@ static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t
   return b;
 }
 
-static void round_f32_to(tpu_dtype_t dt, float* v, int64_t n) {
-  if (dt == TPU_DTYPE_BF16)
-    for (int64_t i = 0; i < n; ++i) v[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(v[i]));
-  else if (dt == TPU_DTYPE_F16)
-    for (int64_t i = 0; i < n; ++i) v[i] = (float)(_Float16)v[i];
-}
-
 static tpu_status_t gemm_kernel(tpu_node_t* n) {
   const tpu_operand_t *A = &n->in[0], *B = &n->in[1], *C = &n->in[2];
   tpu_operand_t* out = &n->out[0];
@@ -183,7 +176,7 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
         gemm_dense(cd, a.trans, b.trans, M, N, K, alpha, pa, a.ld, pb, b.ld, bb, ci, N);
         /* PyTorch's addbmm is a loop of addmm_ into the output: a bf16/f16 result is
          * rounded after every batch. */
-        if (reduce && cd == TPU_DTYPE_F32) round_f32_to(out->dtype, (float*)ci, M * N);
+        if (reduce && cd == TPU_DTYPE_F32) tpu__round_f32_run((float*)ci, M * N, out->dtype);
       }
     }
   } else if (use_c && tpu_dtype_is_floating(cd)) {

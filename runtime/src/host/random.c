@@ -103,15 +103,6 @@ static void* dense_alloc(int64_t numel, size_t elem) {
 
 /* ---- uniform_ -------------------------------------------------------------------------- */
 
-static double round_to(double v, tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_F32: return (float)v;
-    case TPU_DTYPE_F16: return (double)(_Float16)v;
-    case TPU_DTYPE_BF16: return tpu__bf16_to_f32(tpu__f32_to_bf16((float)v));
-    default: return v;
-  }
-}
-
 /* The largest value of dtype t below x (x representable in t). */
 static double prev_below(double x, tpu_dtype_t t) {
   if (t == TPU_DTYPE_F64) return nextafter(x, -INFINITY);
@@ -140,7 +131,7 @@ static tpu_status_t k_uniform(tpu_node_t* n) {
     rnd4_t r = philox(seed, (uint64_t)i, 0);
     uint64_t bits = u64_of(r.w[0], r.w[1]) >> (64 - digits);
     /* rounding to a narrow dtype can land on `to`; keep the interval half-open */
-    double v = round_to(from + (double)bits * scale * span, t);
+    double v = tpu__round_to_dtype(from + (double)bits * scale * span, t);
     v >= to && from < to ? top : v;
   }));
   return NULL;

@@ -667,19 +667,13 @@ static tpu_status_t softmax_bwd_kernel(tpu_node_t* node) {
  * narrowed to its dtype, CUDA's rule). */
 
 /* Rounds v to floating dtype t the way c10's arithmetic on t stores each result. */
-static float round_to(float v, tpu_dtype_t t) {
-  if (t == TPU_DTYPE_BF16) return tpu__bf16_to_f32(tpu__f32_to_bf16(v));
-  if (t == TPU_DTYPE_F16) return (float)(_Float16)v;
-  return v;
-}
-
 /* The bin of e in [lo, hi] exactly as CPU's linear histogram computes it:
  * (e - lo) * bins / (hi - lo) in the input dtype's arithmetic, truncated. */
 static int64_t float_bin(double e, double lo, double hi, int64_t bins, tpu_dtype_t t) {
   if (t == TPU_DTYPE_F64) return (int64_t)((e - lo) * (double)bins / (hi - lo));
-  float d = round_to((float)e - (float)lo, t);
-  float p = round_to(d * round_to((float)bins, t), t);
-  return (int64_t)round_to(p / round_to((float)hi - (float)lo, t), t);
+  float d = (float)tpu__round_to_dtype((float)e - (float)lo, t);
+  float p = (float)tpu__round_to_dtype(d * (float)tpu__round_to_dtype((float)bins, t), t);
+  return (int64_t)(float)tpu__round_to_dtype(p / (float)tpu__round_to_dtype((float)hi - (float)lo, t), t);
 }
 
 /* v stored into integer dtype t and read back (the high bits dropped). */
@@ -717,9 +711,9 @@ static tpu_status_t histc_kernel(tpu_node_t* n) {
     }
     /* The edges are linspace(lo, hi, bins + 1) in dtype t: its ends are lo and hi rounded
      * to t, unless the step overflows (step * 0 is then NaN and nothing is counted). */
-    if (t != TPU_DTYPE_F64) { lo = round_to((float)lo, t); hi = round_to((float)hi, t); }
+    if (t != TPU_DTYPE_F64) { lo = (float)tpu__round_to_dtype((float)lo, t); hi = (float)tpu__round_to_dtype((float)hi, t); }
     double step = t == TPU_DTYPE_F64 ? (hi - lo) / (double)bins
-                                     : round_to(round_to((float)hi - (float)lo, t) / round_to((float)bins, t), t);
+                                     : (float)tpu__round_to_dtype((float)tpu__round_to_dtype((float)hi - (float)lo, t) / (float)tpu__round_to_dtype((float)bins, t), t);
     if (isfinite(step))
       for (int64_t i = 0; i < numel; ++i) {
         if (!(e[i] >= lo && e[i] <= hi)) continue; /* outside, or NaN */
@@ -727,7 +721,7 @@ static tpu_status_t histc_kernel(tpu_node_t* n) {
         if (pos == bins) pos -= 1;
         if (pos < 0 || pos >= bins) continue; /* only reachable when lo == hi after rounding */
         /* CPU counts in the input dtype: f16/bf16 counts stop growing where +1 rounds away */
-        cnt[pos] = t == TPU_DTYPE_F64 ? cnt[pos] + 1 : round_to((float)cnt[pos] + 1.0f, t);
+        cnt[pos] = t == TPU_DTYPE_F64 ? cnt[pos] + 1 : (float)tpu__round_to_dtype((float)cnt[pos] + 1.0f, t);
       }
     tpu__unpack(&n->out[0], cnt, TPU_DTYPE_F64);
   } else {

@@ -705,10 +705,6 @@ static bool generic_weights_rounded(const tpu_node_t* n, const tpu_operand_t* X,
   return mode == UP_CUBIC || (mode == UP_LINEAR && !cpu_channels_last_path(n, X, Y));
 }
 
-static float round_to(float v, tpu_dtype_t dt) {
-  return dt == TPU_DTYPE_BF16 ? tpu__bf16_to_f32(tpu__f32_to_bf16(v)) : (float)(_Float16)v;
-}
-
 /* Weights as the generic kernel stores them: cubic coefficients rounded; linear lambda1
  * rounded and lambda0 = scalar_t(1) - lambda1 in scalar_t arithmetic. */
 static void round_weights(up_t* u, tpu_dtype_t dt) {
@@ -718,11 +714,11 @@ static void round_weights(up_t* u, tpu_dtype_t dt) {
     for (int64_t o = 0; o < a->out; ++o) {
       double* w = a->w + o * a->K;
       if (u->mode == UP_LINEAR) {
-        float l1 = round_to((float)w[1], dt);
+        float l1 = (float)tpu__round_to_dtype((float)w[1], dt);
         w[1] = l1;
-        w[0] = round_to(1.0f - l1, dt);
+        w[0] = (float)tpu__round_to_dtype(1.0f - l1, dt);
       } else {
-        for (int j = 0; j < a->K; ++j) w[j] = round_to((float)w[j], dt);
+        for (int j = 0; j < a->K; ++j) w[j] = (float)tpu__round_to_dtype((float)w[j], dt);
       }
     }
   }
