@@ -204,3 +204,14 @@ tpu_status_t tpu__arg_bool_mask(tpu_build_t* b, int i, int want, bool* mask) {
   for (int k = 0; k < want; ++k) mask[k] = a->list[k] != 0;
   return NULL;
 }
+
+tpu_status_t tpu__norm_params_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* p1,
+                                    const tpu_view_t* p2, bool* mixed) {
+  *mixed = (p1 && p1->dtype != x) || (p2 && p2->dtype != x);
+  if (!*mixed) return NULL;
+  if ((p1 && p1->dtype != TPU_DTYPE_F32) || (p2 && p2->dtype != TPU_DTYPE_F32))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): expect parameter to have scalar type of Float");
+  if (x != TPU_DTYPE_BF16 && x != TPU_DTYPE_F16)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): all inputs must share same datatype.");
+  return NULL;
+}

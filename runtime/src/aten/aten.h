@@ -59,6 +59,11 @@ tpu_status_t tpu__node_add_opt(tpu_build_t* b, const tpu_view_t* v);
 /* A bool[want] argument (output masks), passed as a list of 0/1 ints; None or a single
  * bool fills every entry (None: true). */
 tpu_status_t tpu__arg_bool_mask(tpu_build_t* b, int i, int want, bool* mask);
+/* ATen's CPU mixed-dtype rule for normalization parameters (native/cpu/mixed_data_type.h):
+ * parameters of another dtype than the input must all be float32, and the input then a
+ * reduced float (bf16/f16). *mixed says whether the call is mixed. */
+tpu_status_t tpu__norm_params_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* p1,
+                                    const tpu_view_t* p2, bool* mixed);
 /* UNIMPLEMENTED with ATen's message: "<kernel>" not implemented for '<dtype>'. */
 tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t);
 

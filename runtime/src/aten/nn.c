@@ -20,22 +20,7 @@ static bool same_shape(int na, const int64_t* a, int nb, const int64_t* c) {
   return true;
 }
 
-static bool is_reduced_float(tpu_dtype_t t) { return t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16; }
-
 /* ---- layer norm ------------------------------------------------------------------- */
-
-/* ATen's mixed-dtype rule: a reduced-float input may take float32 weight and bias; every
- * other dtype mismatch is an error. Returns whether the call is mixed. */
-static tpu_status_t layer_norm_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* w,
-                                     const tpu_view_t* bias, bool* mixed) {
-  *mixed = (w && w->dtype != x) || (bias && bias->dtype != x);
-  if (!*mixed) return NULL;
-  if ((w && w->dtype != TPU_DTYPE_F32) || (bias && bias->dtype != TPU_DTYPE_F32))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): expect parameter to have scalar type of Float");
-  if (!is_reduced_float(x))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): all inputs must share same datatype.");
-  return NULL;
-}
 
 /* Checks normalized_shape against input/weight/bias; returns the first normalized axis. */
 static tpu_status_t layer_norm_shapes(tpu_build_t* b, const tpu_view_t* x, const int64_t* ns, int k,
@@ -86,7 +71,7 @@ static tpu_status_t build_layer_norm(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_double(b, 4, &eps));
   TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
   bool mixed;
-  TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
+  TPU_RETURN_IF_ERROR(tpu__norm_params_mixed(b, x->dtype, w, bias, &mixed));
   if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "LayerNormKernelImpl", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
@@ -123,7 +108,7 @@ static tpu_status_t build_layer_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_bool_mask(b, 7, 3, mask));
   TPU_RETURN_IF_ERROR(layer_norm_shapes(b, x, ns, k, w, bias, &axis));
   bool mixed;
-  TPU_RETURN_IF_ERROR(layer_norm_mixed(b, x->dtype, w, bias, &mixed));
+  TPU_RETURN_IF_ERROR(tpu__norm_params_mixed(b, x->dtype, w, bias, &mixed));
   if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "LayerNormBackwardKernelImpl", x->dtype);
   if (!same_shape(dy->ndim, dy->sizes, x->ndim, x->sizes))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_out must have the shape of input");

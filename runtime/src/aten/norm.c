@@ -191,19 +191,6 @@ static tpu_status_t build_weight_norm_backward(tpu_build_t* b) {
 
 /* ---- group norm --------------------------------------------------------------------- */
 
-/* ATen's CPU mixed-dtype rule (native/cpu/mixed_data_type.h): parameters of another dtype
- * than the input must all be float32, and then the input must be a reduced float. */
-static tpu_status_t gn_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* p1, const tpu_view_t* p2,
-                             bool* mixed) {
-  *mixed = (p1 && p1->dtype != x) || (p2 && p2->dtype != x);
-  if (!*mixed) return NULL;
-  if ((p1 && p1->dtype != TPU_DTYPE_F32) || (p2 && p2->dtype != TPU_DTYPE_F32))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): expect parameter to have scalar type of Float");
-  if (!is_reduced_float(x))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): all inputs must share same datatype.");
-  return NULL;
-}
-
 static tpu_status_t gn_param_check(tpu_build_t* b, const tpu_view_t* x, const tpu_view_t* p, int64_t c,
                                    const char* what, const tpu_view_t* shown) {
   if (!p || (p->ndim == 1 && p->sizes[0] == c)) return NULL;
@@ -249,7 +236,7 @@ static tpu_status_t build_group_norm(tpu_build_t* b) {
   /* ATen prints the weight's shape in the bias message too */
   TPU_RETURN_IF_ERROR(gn_param_check(b, x, bias, d[1], "bias", w));
   bool mixed;
-  TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, w, bias, &mixed));
+  TPU_RETURN_IF_ERROR(tpu__norm_params_mixed(b, x->dtype, w, bias, &mixed));
   if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "GroupNormKernelImpl", x->dtype);
   if (d[1] == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected number of channels to be greater than 0, got 0");
   if (d[2] == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected HxW to be greater than 0, got 0");
@@ -285,7 +272,7 @@ static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_bool_mask(b, 9, 3, mask));
   if (x->dtype != dy->dtype) return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected scalar types of X and dY are same.");
   bool mixed;
-  TPU_RETURN_IF_ERROR(gn_mixed(b, x->dtype, mean, rstd, &mixed));
+  TPU_RETURN_IF_ERROR(tpu__norm_params_mixed(b, x->dtype, mean, rstd, &mixed));
   if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "GroupNormBackwardKernelImpl", x->dtype);
   int64_t numel = tpu_view_numel(x);
   if (numel != 0) {
