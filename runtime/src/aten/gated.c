@@ -268,32 +268,47 @@ static tpu_status_t cell_check(tpu_build_t* b, const char* c, int factor, const 
   return NULL;
 }
 
-/* _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias?, hidden_bias?)
- * -> (hy, cy, workspace) */
-static tpu_status_t build_lstm_cell(tpu_build_t* b) {
-  static const char* c = "_thnn_fused_lstm_cell";
-  const tpu_view_t *ig, *hg, *cx, *bi, *bh;
+/* The forward cells share their arguments (input_gates, hidden_gates, previous state,
+ * input_bias?, hidden_bias?) and checks; they differ in gate count and outputs:
+ * LSTM -> (hy, cy, workspace [B, 4H]), GRU -> (hy, workspace [B, 5H]). */
+typedef struct cell_def_s {
+  int factor;          /* gates per hidden unit */
+  const char* name;    /* the ATen op, for messages */
+  const char* kernel;  /* CUDA's kernel name, for dtype messages */
+  tpu_kind_t kind;
+} cell_def_t;
+static const cell_def_t k_lstm = {4, "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_cuda", TPU_KIND_LSTM_CELL};
+static const cell_def_t k_gru = {3, "_thnn_fused_gru_cell", "_thnn_fused_gru_cell_cuda", TPU_KIND_GRU_CELL};
+
+static tpu_status_t build_cell(tpu_build_t* b) {
+  const cell_def_t* d = b->data;
+  const tpu_view_t *ig, *hg, *prev, *bi, *bh;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &ig));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &hg));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &cx));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &prev));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 3, &bi));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &bh));
-  int64_t B, H;
-  TPU_RETURN_IF_ERROR(cell_check(b, c, 4, ig, hg, cx, bi, bh, &B, &H));
-  const tpu_view_t* all[5] = {ig, hg, cx, bi, bh};
+  int64_t B = 0, H = 0;
+  TPU_RETURN_IF_ERROR(cell_check(b, d->name, d->factor, ig, hg, prev, bi, bh, &B, &H));
+  const tpu_view_t* all[5] = {ig, hg, prev, bi, bh};
   tpu_node_t* n = b->node;
-  TPU_RETURN_IF_ERROR(cell_compute(b, "_thnn_fused_lstm_cell_cuda", all, 5, &n->compute));
+  TPU_RETURN_IF_ERROR(cell_compute(b, d->kernel, all, 5, &n->compute));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ig));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, hg));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, cx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, prev));
   TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bi));
   TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bh));
-  n->kind = TPU_KIND_LSTM_CELL;
+  n->kind = d->kind;
   n->ia[0] = B;
   n->ia[1] = H;
-  tpu__node_add_output(n, cx->dtype, 2, cx->sizes);
-  tpu__node_add_output(n, cx->dtype, 2, cx->sizes);
-  tpu__node_add_output(n, ig->dtype, 2, ig->sizes);
+  tpu__node_add_output(n, prev->dtype, 2, prev->sizes);
+  if (d->kind == TPU_KIND_LSTM_CELL) {
+    tpu__node_add_output(n, prev->dtype, 2, prev->sizes);
+    tpu__node_add_output(n, ig->dtype, 2, ig->sizes);
+  } else {
+    int64_t wsz[2] = {B, 5 * H};
+    tpu__node_add_output(n, prev->dtype, 2, wsz);
+  }
   return NULL;
 }
 
@@ -340,35 +355,6 @@ static tpu_status_t build_lstm_cell_backward(tpu_build_t* b) {
   tpu__node_add_output(n, cx->dtype, 2, cx->sizes);
   int64_t g = 4 * H;
   tpu__node_add_output(n, ws->dtype, has_bias ? 1 : -1, &g);
-  return NULL;
-}
-
-/* _thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias?, hidden_bias?)
- * -> (hy, workspace [B, 5H]) */
-static tpu_status_t build_gru_cell(tpu_build_t* b) {
-  static const char* c = "_thnn_fused_gru_cell";
-  const tpu_view_t *ig, *hg, *hx, *bi, *bh;
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &ig));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &hg));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &hx));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 3, &bi));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 4, &bh));
-  int64_t B, H;
-  TPU_RETURN_IF_ERROR(cell_check(b, c, 3, ig, hg, hx, bi, bh, &B, &H));
-  const tpu_view_t* all[5] = {ig, hg, hx, bi, bh};
-  tpu_node_t* n = b->node;
-  TPU_RETURN_IF_ERROR(cell_compute(b, "_thnn_fused_gru_cell_cuda", all, 5, &n->compute));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ig));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, hg));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, hx));
-  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bi));
-  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, bh));
-  n->kind = TPU_KIND_GRU_CELL;
-  n->ia[0] = B;
-  n->ia[1] = H;
-  int64_t wsz[2] = {B, 5 * H};
-  tpu__node_add_output(n, hx->dtype, 2, hx->sizes);
-  tpu__node_add_output(n, hx->dtype, 2, wsz);
   return NULL;
 }
 
@@ -419,12 +405,12 @@ const tpu_aten_entry_t tpu__aten_gated[] = {
     {"glu_jvp.out", build_glu_jvp, NULL},
     {"_prelu_kernel", build_prelu, NULL},
     {"_prelu_kernel_backward", build_prelu_backward, NULL},
-    {"_thnn_fused_lstm_cell", build_lstm_cell, NULL},
-    {"_thnn_fused_lstm_cell.out", build_lstm_cell, NULL},
+    {"_thnn_fused_lstm_cell", build_cell, &k_lstm},
+    {"_thnn_fused_lstm_cell.out", build_cell, &k_lstm},
     {"_thnn_fused_lstm_cell_backward_impl", build_lstm_cell_backward, NULL},
     {"_thnn_fused_lstm_cell_backward_impl.out", build_lstm_cell_backward, NULL},
-    {"_thnn_fused_gru_cell", build_gru_cell, NULL},
-    {"_thnn_fused_gru_cell.out", build_gru_cell, NULL},
+    {"_thnn_fused_gru_cell", build_cell, &k_gru},
+    {"_thnn_fused_gru_cell.out", build_cell, &k_gru},
     {"_thnn_fused_gru_cell_backward", build_gru_cell_backward, NULL},
     {"_thnn_fused_gru_cell_backward.out", build_gru_cell_backward, NULL},
     {NULL, NULL, NULL},
