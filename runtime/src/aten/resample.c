@@ -91,12 +91,6 @@ static tpu_status_t vec_sizes(tpu_build_t* b, const up_def_t* d, const tpu_view_
   return NULL;
 }
 
-static tpu_status_t unsupported(tpu_build_t* b, const char* what, tpu_dtype_t t) {
-  /* UNIMPLEMENTED: the counted CPU fallback runs the call and raises CPU's own error (or,
-   * for uint8 bilinear/bicubic, computes ATen's integer-weight result). */
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", what, tpu__dtype_c10_name(t));
-}
-
 static bool dtype_ok(const up_def_t* d, tpu_dtype_t t) {
   bool aa = d->mode >= UP_AA_LINEAR;
   if (aa) return t == TPU_DTYPE_F32 || t == TPU_DTYPE_F64;
@@ -140,7 +134,7 @@ static tpu_status_t build_upsample(tpu_build_t* b) {
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Non-empty %dD data tensor expected but got a tensor with sizes %s",
                     d->sdim + 2, s);
   }
-  if (!dtype_ok(d, x->dtype)) return unsupported(b, b->name, x->dtype);
+  if (!dtype_ok(d, x->dtype)) return tpu__err_not_implemented_for(b, b->name, x->dtype); /* the CPU fallback runs it */
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_UPSAMPLE;
@@ -182,7 +176,7 @@ static tpu_status_t build_upsample_backward(tpu_build_t* b) {
   }
   for (int k = 0; k < 2; ++k)
     if (in[k] < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "input_size must be non-negative");
-  if (!dtype_ok(d, go->dtype)) return unsupported(b, b->name, go->dtype);
+  if (!dtype_ok(d, go->dtype)) return tpu__err_not_implemented_for(b, b->name, go->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   n->kind = TPU_KIND_UPSAMPLE_BACKWARD;
@@ -221,11 +215,23 @@ static tpu_status_t grid_check(tpu_build_t* b, const tpu_view_t* x, const tpu_vi
     return tpu__err(b, TPU_INVALID_ARGUMENT, "grid_sampler(): unknown interpolation mode %lld", (long long)interp);
   if (pad < 0 || pad > 2)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "grid_sampler(): unknown padding mode %lld", (long long)pad);
-  if (!tpu_dtype_is_floating(x->dtype)) return unsupported(b, "grid_sampler_2d", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "grid_sampler_2d", x->dtype);
   if (g->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(x->dtype),
                     tpu__dtype_c10_name(g->dtype));
   return NULL;
+}
+
+/* (input, grid, interpolation_mode, padding_mode, align_corners) from argument `first` on,
+ * checked. */
+static tpu_status_t grid_args(tpu_build_t* b, int first, const tpu_view_t** x, const tpu_view_t** g,
+                              int64_t* interp, int64_t* pad, bool* ac) {
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, first, x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, first + 1, g));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, first + 2, interp));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, first + 3, pad));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, first + 4, ac));
+  return grid_check(b, *x, *g, *interp, *pad);
 }
 
 /* grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners) */
@@ -233,12 +239,7 @@ static tpu_status_t build_grid_sampler(tpu_build_t* b) {
   const tpu_view_t *x, *g;
   int64_t interp, pad;
   bool ac;
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &g));
-  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &interp));
-  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &pad));
-  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 4, &ac));
-  TPU_RETURN_IF_ERROR(grid_check(b, x, g, interp, pad));
+  TPU_RETURN_IF_ERROR(grid_args(b, 0, &x, &g, &interp, &pad, &ac));
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
@@ -258,21 +259,10 @@ static tpu_status_t build_grid_sampler(tpu_build_t* b) {
 static tpu_status_t build_grid_sampler_backward(tpu_build_t* b) {
   const tpu_view_t *go, *x, *g;
   int64_t interp, pad;
-  bool ac, mask[2] = {true, true};
+  bool ac, mask[2];
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &g));
-  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &interp));
-  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 4, &pad));
-  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 5, &ac));
-  const tpu_arg_t* m = tpu__arg(b, 6);
-  if (m && m->kind == TPU_ARG_INTLIST && m->list_len == 2) {
-    mask[0] = m->list[0] != 0;
-    mask[1] = m->list[1] != 0;
-  } else if (m && m->kind != TPU_ARG_NONE) {
-    return tpu__err(b, TPU_TYPE_ERROR, "argument 6 must be bool[2]");
-  }
-  TPU_RETURN_IF_ERROR(grid_check(b, x, g, interp, pad));
+  TPU_RETURN_IF_ERROR(grid_args(b, 1, &x, &g, &interp, &pad, &ac));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_mask(b, 6, 2, mask));
   int64_t want[4] = {x->sizes[0], x->sizes[1], g->sizes[1], g->sizes[2]};
   bool same = go->ndim == 4;
   for (int i = 0; same && i < 4; ++i) same = go->sizes[i] == want[i];
