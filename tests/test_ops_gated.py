@@ -7,7 +7,6 @@ cells), so they are compared with the CUDA kernels' math written in plain torch 
 (float64), workspace layout included, and, as models see them, torch.nn.LSTM / GRU /
 LSTMCell / GRUCell on tpu against the same modules on CPU. The native kernels must not
 go through the CPU fallback (torchtpu.fallback_report())."""
-import contextlib
 import functools
 import itertools
 
@@ -16,50 +15,13 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from tolerances import tol
+from op_helpers import close, grads, native, no_cpu_fallback, tpu
 
 A = torch.ops.aten
 DEV = "tpu"
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
-# (rtol, atol) per dtype, from the one tolerance table (torchtpu/_tolerances.py)
-TOL = {dt: (tol(dt)["rtol"], tol(dt)["atol"]) for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16)}
 CELL_OPS = ("_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
             "_thnn_fused_gru_cell_backward")
-
-
-def close(actual, expected, dtype=None, scale=1.0):
-    if actual is None or expected is None:
-        assert actual is None and expected is None, (actual, expected)
-        return
-    dtype = dtype or expected.dtype
-    rtol, atol = TOL.get(dtype, (0, 0))
-    assert actual.device.type == DEV, actual.device
-    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    torch.testing.assert_close(actual.cpu(), expected, rtol=rtol * scale, atol=atol * scale, equal_nan=True)
-
-
-@contextlib.contextmanager
-def native(*ops):
-    """Fails if any of `ops` (ATen names, overload optional) ran through the CPU fallback."""
-    before = dict(torchtpu.fallback_report())
-    yield
-    torch.tpu.synchronize()
-    after = torchtpu.fallback_report()
-    grew = [k.removeprefix("aten::") for k, v in after.items() if v > before.get(k, 0)]
-    bad = [k for k in grew if any(k == o or k.split(".")[0] == o for o in ops)]
-    assert not bad, f"ran through the CPU fallback: {bad}"
-
-
-@contextlib.contextmanager
-def no_cpu_fallback():
-    """Fails if any op at all ran through the CPU fallback."""
-    before = dict(torchtpu.fallback_report())
-    yield
-    torch.tpu.synchronize()
-    after = torchtpu.fallback_report()
-    grew = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
-    assert not grew, f"ran through the CPU fallback: {grew}"
 
 
 def test_native_guard_can_fail():
@@ -70,24 +32,9 @@ def test_native_guard_can_fail():
                 A.glu(torch.ones(2, 4, dtype=torch.long).to(DEV), 1)
 
 
-def tpu(*ts):
-    out = tuple(None if t is None else t.detach().to(DEV).requires_grad_(t.requires_grad) for t in ts)
-    return out if len(out) > 1 else out[0]
-
-
 def rand(*shape, dtype=torch.float32, seed=None, scale=1.0):
     g = torch.Generator().manual_seed(seed) if seed is not None else None
     return (torch.randn(*shape, generator=g) * scale).to(dtype)
-
-
-def grads(out_fn, inputs, seed=0):
-    """autograd.grad of sum(out * g) for a fixed random g."""
-    out = out_fn(*inputs)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
-    if out.device.type == DEV:
-        g = g.to(DEV)
-    diff = [t for t in inputs if t is not None and t.requires_grad]
-    return out, torch.autograd.grad(out, diff, g)
 
 
 # ---- glu --------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ replication padding, im2col/col2im, in their functional, out= and backward forms
 
 Every comparison runs the same call on CPU and on tpu; the native kernels must not go
 through the CPU fallback (checked with torchtpu.fallback_report())."""
-import contextlib
 import math
 
 import pytest
@@ -13,36 +12,11 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchtpu
-from tolerances import tol
+from op_helpers import close, grads, native, tpu
 
 A = torch.ops.aten
 DEV = "tpu"
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
-# (rtol, atol) per dtype, from the one tolerance table (torchtpu/_tolerances.py)
-TOL = {dt: (tol(dt)["rtol"], tol(dt)["atol"]) for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16)}
-
-
-def close(actual, expected, dtype=None, scale=1.0):
-    if actual is None or expected is None:
-        assert actual is None and expected is None
-        return
-    dtype = dtype or expected.dtype
-    rtol, atol = TOL.get(dtype, (0, 0))
-    assert actual.device.type == DEV, actual.device
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape
-    torch.testing.assert_close(actual.cpu(), expected, rtol=rtol * scale, atol=atol * scale, equal_nan=True)
-
-
-@contextlib.contextmanager
-def native(*ops):
-    """Fails if any of `ops` (ATen names, overload optional) ran through the CPU fallback."""
-    before = dict(torchtpu.fallback_report())
-    yield
-    torch.tpu.synchronize()
-    after = torchtpu.fallback_report()
-    grew = [k.removeprefix("aten::") for k, v in after.items() if v > before.get(k, 0)]
-    bad = [k for k in grew if any(k == o or k.split(".")[0] == o for o in ops)]
-    assert not bad, f"ran through the CPU fallback: {bad}"
 
 
 def test_native_guard_can_fail():
@@ -51,21 +25,6 @@ def test_native_guard_can_fail():
         with native("native_layer_norm"):
             with pytest.raises(NotImplementedError):  # integer input: libtpurt defers to the CPU
                 A.native_layer_norm(torch.ones(2, 3, dtype=torch.long).to(DEV), [3], None, None, 1e-5)
-
-
-def tpu(*ts):
-    out = tuple(None if t is None else t.detach().to(DEV).requires_grad_(t.requires_grad) for t in ts)
-    return out if len(out) > 1 else out[0]
-
-
-def grads(out_fn, inputs, seed=0):
-    """autograd.grad of sum(out * g) for a fixed random g."""
-    out = out_fn(*inputs)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
-    if out.device.type == DEV:
-        g = g.to(DEV)
-    diff = [t for t in inputs if t is not None and t.requires_grad]
-    return out, torch.autograd.grad(out, diff, g)
 
 
 # ---- layer norm -------------------------------------------------------------------------

@@ -4,7 +4,6 @@ in their functional, out= and backward forms.
 
 Every comparison runs the same call on CPU and on tpu; the native kernels must not go
 through the CPU fallback (checked with torchtpu.fallback_report())."""
-import contextlib
 import os
 import subprocess
 import sys
@@ -14,14 +13,12 @@ import torch
 import torch.nn.functional as F
 
 import torchtpu
-from tolerances import tol
+import op_helpers
+from op_helpers import close, grads, tpu
 
 A = torch.ops.aten
 DEV = "tpu"
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-# (rtol, atol) per dtype, from the one tolerance table (torchtpu/_tolerances.py)
-TOL = {dt: (tol(dt)["rtol"], tol(dt)["atol"]) for dt in (torch.float32, torch.float64, torch.bfloat16, torch.float16)}
-TOL[torch.uint8] = (0, 0)
 
 UPSAMPLE_OPS = ["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_upsample_nearest_exact1d",
                 "_upsample_nearest_exact2d", "_upsample_nearest_exact3d", "upsample_linear1d",
@@ -30,43 +27,9 @@ UPSAMPLE_OPS = ["upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d"
 ALL_OPS = UPSAMPLE_OPS + [o + "_backward" for o in UPSAMPLE_OPS] + ["grid_sampler_2d", "grid_sampler_2d_backward"]
 
 
-def close(actual, expected, scale=1.0):
-    if actual is None or expected is None:
-        assert actual is None and expected is None
-        return
-    rtol, atol = TOL[expected.dtype]
-    assert actual.device.type == DEV, actual.device
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, (actual.shape, expected.shape)
-    torch.testing.assert_close(actual.cpu(), expected, rtol=rtol * scale, atol=atol * scale, equal_nan=True)
-
-
-@contextlib.contextmanager
 def native(*ops):
-    """Fails if any of `ops` (ATen names, overload optional; default: the whole family) ran
-    through the CPU fallback."""
-    ops = ops or ALL_OPS
-    before = dict(torchtpu.fallback_report())
-    yield
-    torch.tpu.synchronize()
-    after = torchtpu.fallback_report()
-    grew = [k.removeprefix("aten::") for k, v in after.items() if v > before.get(k, 0)]
-    bad = [k for k in grew if any(k == o or k.split(".")[0] == o for o in ops)]
-    assert not bad, f"ran through the CPU fallback: {bad}"
-
-
-def tpu(*ts):
-    out = tuple(None if t is None else t.detach().to(DEV).requires_grad_(t.requires_grad) for t in ts)
-    return out if len(out) > 1 else out[0]
-
-
-def grads(fn, inputs, seed=0):
-    """fn(*inputs) and autograd.grad of sum(out * g) for a fixed random g."""
-    out = fn(*inputs)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed)).to(out.dtype)
-    if out.device.type == DEV:
-        g = g.to(DEV)
-    diff = [t for t in inputs if t is not None and t.requires_grad]
-    return out, torch.autograd.grad(out, diff, g)
+    """Fails if any of `ops` (default: the whole family) ran through the CPU fallback."""
+    return op_helpers.native(*(ops or ALL_OPS))
 
 
 def check_fn(fn, *inputs, scale=1.0, grad_scale=2.0):
@@ -81,9 +44,9 @@ def check_fn(fn, *inputs, scale=1.0, grad_scale=2.0):
     oc, gc = grads(fn, cpu_in)
     with native():
         ot, gt = grads(fn, [tpu(t) for t in cpu_in])
-    close(ot, oc.detach(), scale)
+    close(ot, oc.detach(), scale=scale)
     for a, e in zip(gt, gc):
-        close(a, e, grad_scale)
+        close(a, e, scale=grad_scale)
 
 
 def test_native_guard_can_fail():
@@ -333,12 +296,12 @@ def test_grid_sampler_out_and_mask():
         exp = A.grid_sampler_2d_backward(go, x, grid, 0, 0, False, [False, True])
         got = A.grid_sampler_2d_backward(tpu(go), tpu(x), tpu(grid), 0, 0, False, [False, True])
         assert got[0] is None and exp[0] is None
-        close(got[1], exp[1], 4)
+        close(got[1], exp[1], scale=4)
         o0, o1 = torch.empty(0, device=DEV), torch.empty(0, device=DEV)
         A.grid_sampler_2d_backward.out(tpu(go), tpu(x), tpu(grid), 2, 2, True, [True, True], out0=o0, out1=o1)
         exp = A.grid_sampler_2d_backward(go, x, grid, 2, 2, True, [True, True])
-        close(o0, exp[0], 4)
-        close(o1, exp[1], 40)
+        close(o0, exp[0], scale=4)
+        close(o1, exp[1], scale=40)
 
 
 def test_grid_sampler_errors():
