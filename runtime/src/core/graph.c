@@ -160,7 +160,7 @@ static int graph_max_nodes(void) {
   if (!max_nodes) {
     const char* e = getenv("TORCHTPU_GRAPH_MAX_NODES");
     int v = e && *e ? atoi(e) : 0;
-    max_nodes = v >= 2 ? v : 1024;
+    max_nodes = v >= 2 ? v : 4096;
   }
   return max_nodes;
 }
@@ -372,11 +372,82 @@ static bool note_skipped(const tpu_node_t* k, vset_t* reads, vset_t* writes) {
   return ok;
 }
 
-/* Groups fusable nodes of one output shape, also across independent ops in between
- * (an optimizer's foreach ops are issued op-major over parameters of different shapes:
- * each parameter's chain becomes one group), within a window of LOOKAHEAD ops. Nodes
- * that cannot fuse keep their program order; a group runs where its first op was. */
-#define LOOKAHEAD 256
+/* Value -> node map for the components (open addressing over value pointers). */
+typedef struct vnode_s { const tpu_value_t** keys; int* node; int cap, n; } vnode_t;
+
+static int* vnode_slot(vnode_t* m, const tpu_value_t* v) {
+  if ((m->n + 1) * 2 > m->cap) {
+    int cap = m->cap ? m->cap * 2 : 256;
+    const tpu_value_t** k = tpu__calloc((size_t)cap, sizeof(*k));
+    int* nd = tpu__malloc(sizeof(int) * (size_t)cap);
+    if (!k || !nd) { tpu__free(k); tpu__free(nd); return NULL; }
+    for (int i = 0; i < m->cap; ++i)
+      if (m->keys[i]) {
+        size_t h = ((uintptr_t)m->keys[i] >> 4) & (size_t)(cap - 1);
+        while (k[h]) h = (h + 1) & (size_t)(cap - 1);
+        k[h] = m->keys[i];
+        nd[h] = m->node[i];
+      }
+    tpu__free(m->keys);
+    tpu__free(m->node);
+    m->keys = k;
+    m->node = nd;
+    m->cap = cap;
+  }
+  size_t h = ((uintptr_t)v >> 4) & (size_t)(m->cap - 1);
+  while (m->keys[h] && m->keys[h] != v) h = (h + 1) & (size_t)(m->cap - 1);
+  if (!m->keys[h]) { m->keys[h] = v; m->node[h] = -1; m->n++; }
+  return &m->node[h];
+}
+
+static int uf_find(int* parent, int x) {
+  while (parent[x] != x) x = parent[x] = parent[parent[x]];
+  return x;
+}
+
+/* Candidates of a group started at node i: the unassigned fusable nodes of i's output
+ * shape within the window, joined into components by the values they touch (an
+ * optimizer's per-parameter chain is one component even when its ops lie hundreds of
+ * ops apart, issued op-major over the parameters). comp[j - i] is j's component root
+ * (-1: not a candidate), size[root] its candidate count. */
+static bool components(tpu_graph_t* g, int i, int limit, const uint8_t* fusable, const uint8_t* assigned,
+                       int* comp, int* size, vnode_t* vm) {
+  const tpu_operand_t* shape = &g->nodes[i]->out[0];
+  if (vm->keys) memset(vm->keys, 0, sizeof(*vm->keys) * (size_t)vm->cap);
+  vm->n = 0;
+  for (int j = i; j < limit; ++j) {
+    int r = j - i;
+    comp[r] = -1;
+    if (assigned[j] && j != i) continue;
+    const tpu_node_t* c = g->nodes[j];
+    if (!fusable[j] || !same_shape(&c->out[0], shape)) continue;
+    comp[r] = r;
+    size[r] = 1;
+    for (int k = 0; k < c->n_in + c->n_out; ++k) {
+      const tpu_value_t* v = k < c->n_in ? c->in[k].value : c->out[k - c->n_in].value;
+      if (!v) continue;
+      int* slot = vnode_slot(vm, v);
+      if (!slot) return false;
+      if (*slot < 0) { *slot = r; continue; }
+      int a = uf_find(comp, *slot), b = uf_find(comp, r);
+      if (a == b) continue;
+      if (a > b) { int t = a; a = b; b = t; }
+      comp[b] = a; /* the earlier node is the root */
+      size[a] += size[b];
+    }
+  }
+  for (int r = 0; r < limit - i; ++r) if (comp[r] >= 0) comp[r] = uf_find(comp, r);
+  return true;
+}
+
+/* Groups fusable nodes of one output shape, also across independent ops in between,
+ * within a window of LOOKAHEAD ops. Whole components are taken (the start node's first,
+ * then each further component met in program order while it fits in MAX_GROUP), so a
+ * group holds complete chains whose temporaries stay internal, rather than the same op
+ * over many unrelated tensors. A member joins only if it is independent of every node it
+ * moves up past. Nodes that cannot fuse keep their program order; a group runs where its
+ * first op was. */
+#define LOOKAHEAD 2048
 
 static tpu_status_t partition(tpu_graph_t* g) {
   tpu_driver_t* drv = tpu__driver();
@@ -384,11 +455,14 @@ static tpu_status_t partition(tpu_graph_t* g) {
   uint8_t* assigned = tpu__calloc((size_t)g->n, 1);
   uint8_t* fusable = tpu__calloc((size_t)g->n, 1);
   int* members = tpu__malloc(sizeof(int) * MAX_GROUP);
+  int win = g->n < LOOKAHEAD ? g->n : LOOKAHEAD;
+  int* comp = tpu__malloc(sizeof(int) * (size_t)(win ? win : 1));
+  int* size = tpu__malloc(sizeof(int) * (size_t)(win ? win : 1));
+  uint8_t* taken = tpu__calloc((size_t)(win ? win : 1), 1); /* per root: accepted */
   vset_t sr = {0}, sw = {0};
-  if (!assigned || !fusable || !members) {
-    tpu__free(assigned); tpu__free(fusable); tpu__free(members);
-    return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM planning a graph");
-  }
+  vnode_t vm = {0};
+  tpu_status_t st = NULL;
+  if (!assigned || !fusable || !members || !comp || !size || !taken) goto oom;
   for (int i = 0; fusion && i < g->n; ++i) fusable[i] = drv->vt->can_fuse(drv, g->nodes[i]);
   int pos = 0;
   for (int i = 0; i < g->n; ++i) {
@@ -397,35 +471,54 @@ static tpu_status_t partition(tpu_graph_t* g) {
     members[m++] = i;
     assigned[i] = 1;
     if (fusable[i]) {
+      int limit = g->n < i + LOOKAHEAD ? g->n : i + LOOKAHEAD;
+      if (!components(g, i, limit, fusable, assigned, comp, size, &vm)) goto oom;
+      memset(taken, 0, (size_t)(limit - i));
+      taken[0] = 1;
+      int left = size[0] - 1; /* members of accepted components not yet placed */
       vset_clear(&sr);
       vset_clear(&sw);
       bool sets_ok = true;
-      int limit = g->n < i + LOOKAHEAD ? g->n : i + LOOKAHEAD;
       for (int j = i + 1; j < limit && m < MAX_GROUP && sets_ok; ++j) {
         if (assigned[j]) continue;
-        tpu_node_t* c = g->nodes[j];
-        if (fusable[j] && same_shape(&c->out[0], &g->nodes[i]->out[0]) &&
-            hazard_free(g->nodes, members, m, c) && independent_of(c, &sr, &sw)) {
-          members[m++] = j;
-          assigned[j] = 1;
-        } else {
-          sets_ok = note_skipped(c, &sr, &sw);
+        int root = comp[j - i];
+        if (root >= 0 && !taken[root] && m + left + size[root] <= MAX_GROUP) {
+          taken[root] = 1;
+          left += size[root];
         }
+        tpu_node_t* c = g->nodes[j];
+        if (root >= 0 && taken[root]) {
+          left--;
+          if (hazard_free(g->nodes, members, m, c) && independent_of(c, &sr, &sw)) {
+            members[m++] = j;
+            assigned[j] = 1;
+            continue;
+          }
+        }
+        sets_ok = note_skipped(c, &sr, &sw);
       }
     }
     g->glen[pos] = m;
     for (int k = 0; k < m; ++k) {
       int idx = members[k];
       g->order[pos + k] = idx;
-      const tpu_operand_t* o = &g->nodes[idx]->out[0];
+      const tpu_node_t* nk = g->nodes[idx];
+      const tpu_operand_t* o = &nk->out[0];
       /* Internal: every reference to the value is an operand of this group (no tensor
-       * holds it, no op outside the group reads it), and each read uses the producing view. */
-      bool internal = m > 1 && g->nodes[idx]->variant == TPU_VARIANT_FUNCTIONAL &&
-                      atomic_load(&o->value->refs) == refs_in(g->nodes, members, m, o->value);
-      for (int r = k + 1; internal && r < m; ++r) {
+       * holds it, no op outside the group reads it), each read uses the producing view,
+       * and the value is born in the group: a functional member creates it (an in-place
+       * member writes a value some earlier internal member created). */
+      bool born = nk->variant == TPU_VARIANT_FUNCTIONAL;
+      for (int q = 0; q < k && !born; ++q)
+        born = g->internal[members[q]] && g->nodes[members[q]]->variant == TPU_VARIANT_FUNCTIONAL &&
+               g->nodes[members[q]]->out[0].value == o->value;
+      bool internal = m > 1 && born && atomic_load(&o->value->refs) == refs_in(g->nodes, members, m, o->value);
+      for (int r = 0; internal && r < m; ++r) {
+        if (r == k) continue;
         const tpu_node_t* rn = g->nodes[members[r]];
         for (int j = 0; j < rn->n_in; ++j)
           if (rn->in[j].value == o->value && !tpu__operand_same_view(&rn->in[j], o)) internal = false;
+        if (rn->out[0].value == o->value && !tpu__operand_same_view(&rn->out[0], o)) internal = false;
       }
       /* A value read by a group member *before* its producer in the member order would
        * read memory, so it must be stored: members are in program order, so this holds. */
@@ -433,12 +526,21 @@ static tpu_status_t partition(tpu_graph_t* g) {
     }
     pos += m;
   }
+  goto done;
+oom:
+  st = tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM planning a graph");
+done:
   tpu__free(assigned);
   tpu__free(fusable);
   tpu__free(members);
+  tpu__free(comp);
+  tpu__free(size);
+  tpu__free(taken);
   tpu__free(sr.keys);
   tpu__free(sw.keys);
-  return NULL;
+  tpu__free(vm.keys);
+  tpu__free(vm.node);
+  return st;
 }
 
 /* The key adds, to the flow hash, which values are referenced only by the graph (one

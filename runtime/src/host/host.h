@@ -81,9 +81,8 @@ int tpu__parallel_chunks(int64_t n, int64_t grain);
  * per-thread scratch by tid (< tpu__num_threads()). Runs serially, as chunk 0 = [0, n),
  * when there is one chunk or when called from inside a region (nested). When another
  * thread holds the pool the same chunks run one after another on the caller. Returns the
- * first error in chunk order (the others are freed). The region must not call BLAS:
- * BLAS has its own threads (host/linalg.c) and runs only on the queue thread, between
- * regions, so the two never oversubscribe the cores. */
+ * first error in chunk order (the others are freed). BLAS runs single-threaded
+ * (host/linalg.c), so a region's chunks may call it. */
 tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx);
 /* The chunks of a region run in order on the caller (used when the pool is busy). */
 tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx);
@@ -91,11 +90,13 @@ tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, voi
  * microseconds of wake-up, which this much work amortizes. */
 #define TPU_PARALLEL_MIN_WORK 32768
 
-/* Sets OpenBLAS's thread count for a product of `flops` floating-point operations: one
- * thread below TPU_BLAS_SERIAL_FLOPS, the pool's size above (changed only when it
- * differs from the last call). Call on the queue thread right before each BLAS call. */
+/* OpenBLAS runs single-threaded (set on first use; call before any BLAS call). */
+void tpu__blas_prepare(void);
+/* Row-major C = alpha op(A) op(B) + beta C in f32 or f64 (cd), split over the pool in
+ * blocks of C above TPU_BLAS_SERIAL_FLOPS, outside a region; one BLAS call otherwise. */
 #define TPU_BLAS_SERIAL_FLOPS (32.0 * 1024 * 1024)
-void tpu__blas_prepare(double flops);
+void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+               const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
 
 /* Tile functions cannot return a status: one that meets a fault (integer division by
  * zero) calls tpu__tile_fault(); the kernel that ran the tile engine reads and clears it

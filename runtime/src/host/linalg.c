@@ -23,23 +23,76 @@
 
 #include "host/host.h"
 
-/* OpenBLAS gets as many threads as the pool (TORCHTPU_NUM_THREADS or the core count) for
- * large products and one thread for small ones: waking BLAS workers costs more than a
- * small GEMM, and on a machine whose cores are busy a woken worker can wait a whole
- * scheduler slice (measured: 128x128x64 attention GEMMs 100x slower with 2 threads on a
- * loaded 2-core machine). Multi-threaded BLAS runs only on the queue thread outside pool
- * regions, so its threads and the pool's take turns on the cores; inside a region (heads
- * of attention in parallel) each pool thread makes single-threaded calls. */
-static atomic_int blas_threads_set;
+/* OpenBLAS always runs single-threaded: its own thread server spins between calls and,
+ * on a small machine, competes for the cores with the Python thread, the queue thread and
+ * the pool (measured on 2 cores: a third of the time of a stream of 512x128x384 GEMMs went
+ * to its spinning threads). Large products are split over the runtime's pool instead,
+ * one single-threaded call per block of C (tpu__gemm). */
+static atomic_bool blas_single;
 
-void tpu__blas_prepare(double flops) {
-  /* inside a pool region every thread runs its own single-threaded GEMMs (the region's
-   * owner set one BLAS thread before entering it) */
-  int want = flops < TPU_BLAS_SERIAL_FLOPS || tpu__in_parallel_region() ? 1 : tpu__num_threads();
-  if (atomic_exchange(&blas_threads_set, want) != want) scipy_openblas_set_num_threads(want);
+void tpu__blas_prepare(void) {
+  if (!atomic_exchange(&blas_single, true)) scipy_openblas_set_num_threads(1);
 }
 
 static bool fits_blasint(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+static void blas_gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+                      const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C,
+                      int64_t ldc) {
+  tpu__blas_prepare();
+  if (cd == TPU_DTYPE_F32)
+    scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                      (blasint)M, (blasint)N, (blasint)K, (float)alpha, A, (blasint)lda, B,
+                      (blasint)ldb, (float)beta, C, (blasint)ldc);
+  else
+    scipy_cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                      (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb,
+                      beta, C, (blasint)ldc);
+}
+
+/* Blocks of C's rows (split_m) or columns, one BLAS call each. Every element of C is
+ * still one call's sum over the whole K in the same order, so the result does not
+ * depend on how many threads share the product. */
+typedef struct pgemm_s {
+  tpu_dtype_t cd;
+  bool ta, tb, split_m;
+  int64_t M, N, K, lda, ldb, ldc, block;
+  double alpha, beta;
+  const char *A, *B;
+  char* C;
+} pgemm_t;
+
+#define GEMM_ROW_BLOCK 32
+#define GEMM_COL_BLOCK 64
+
+static tpu_status_t pgemm_blocks(void* arg, int64_t b, int64_t e, int tid) {
+  pgemm_t* g = arg;
+  size_t es = tpu_dtype_size(g->cd);
+  int64_t dim = g->split_m ? g->M : g->N;
+  int64_t lo = b * g->block, hi = e * g->block < dim ? e * g->block : dim;
+  if (g->split_m)
+    blas_gemm(g->cd, g->ta, g->tb, hi - lo, g->N, g->K, g->alpha, g->A + (size_t)(g->ta ? lo : lo * g->lda) * es,
+              g->lda, g->B, g->ldb, g->beta, g->C + (size_t)(lo * g->ldc) * es, g->ldc);
+  else
+    blas_gemm(g->cd, g->ta, g->tb, g->M, hi - lo, g->K, g->alpha, g->A, g->lda,
+              g->B + (size_t)(g->tb ? lo * g->ldb : lo) * es, g->ldb, g->beta, g->C + (size_t)lo * es, g->ldc);
+  return NULL;
+}
+
+void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
+               const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
+  int nt = tpu__num_threads();
+  if (nt < 2 || tpu__in_parallel_region() || 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS) {
+    blas_gemm(cd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  /* Rows when every thread gets a few row blocks, else columns. */
+  bool split_m = M >= (int64_t)nt * 2 * GEMM_ROW_BLOCK || M >= N;
+  int64_t block = split_m ? GEMM_ROW_BLOCK : GEMM_COL_BLOCK;
+  int64_t dim = split_m ? M : N;
+  pgemm_t g = {cd, ta, tb, split_m, M, N, K, lda, ldb, ldc, block, alpha, beta, A, B, C};
+  tpu_status_free(tpu__parallel_for((dim + block - 1) / block, 1, pgemm_blocks, &g));
+}
 
 /* Row-major C[M,N] = alpha * op(A) op(B) + beta * C over dense compute buffers. Integer
  * products wrap like PyTorch's int64 arithmetic. */
@@ -57,15 +110,8 @@ static void gemm_dense(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, i
       }
     return;
   }
-  if (cd != TPU_DTYPE_I64) tpu__blas_prepare(2.0 * (double)M * (double)N * (double)K);
-  if (cd == TPU_DTYPE_F32) {
-    scipy_cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                      (blasint)M, (blasint)N, (blasint)K, (float)alpha, A, (blasint)lda, B,
-                      (blasint)ldb, (float)beta, C, (blasint)ldc);
-  } else if (cd == TPU_DTYPE_F64) {
-    scipy_cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                      (blasint)M, (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb,
-                      beta, C, (blasint)ldc);
+  if (cd != TPU_DTYPE_I64) {
+    tpu__gemm(cd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   } else {
     const uint64_t* a = A;
     const uint64_t* b = B;
@@ -135,6 +181,35 @@ static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t
   return b;
 }
 
+typedef struct bgemm_s {
+  const tpu_node_t* n;
+  tpu_dtype_t cd;
+  const mat_t *a, *b;
+  char* acc;
+  int64_t M, N, K;
+  bool reduce;
+  tpu_dtype_t out_dtype;
+  double alpha, beta;
+} bgemm_t;
+
+static tpu_status_t gemm_batches(void* arg, int64_t ib, int64_t ie, int tid) {
+  bgemm_t* g = arg;
+  size_t csz = tpu_dtype_size(g->cd);
+  int64_t M = g->M, N = g->N;
+  for (int64_t i = ib; i < ie; ++i) {
+    char* ci = g->acc + (size_t)((g->reduce ? 0 : i) * M * N) * csz;
+    /* beta scales C once; later batches of addbmm accumulate with beta 1. */
+    double bb = g->reduce && i > 0 ? 1.0 : g->beta;
+    const char* pa = g->a->ptr + (size_t)(i * g->a->bstride) * csz;
+    const char* pb = g->b->ptr + (size_t)(i * g->b->bstride) * csz;
+    gemm_dense(g->cd, g->a->trans, g->b->trans, M, N, g->K, g->alpha, pa, g->a->ld, pb, g->b->ld, bb, ci, N);
+    /* PyTorch's addbmm is a loop of addmm_ into the output: a bf16/f16 result is
+     * rounded after every batch. */
+    if (g->reduce && g->cd == TPU_DTYPE_F32) tpu__round_f32_run((float*)ci, M * N, g->out_dtype);
+  }
+  return NULL;
+}
+
 static tpu_status_t gemm_kernel(tpu_node_t* n) {
   const tpu_operand_t *A = &n->in[0], *B = &n->in[1], *C = &n->in[2];
   tpu_operand_t* out = &n->out[0];
@@ -149,10 +224,14 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   uint64_t total;
   if (!tpu__mul_ok((uint64_t)(bo * M), (uint64_t)N * csz, &total)) return TPU_HOST_NOMEM();
   if (total == 0) return NULL;
-  char* acc = tpu__calloc(1, (size_t)total);
-  if (!acc) return TPU_HOST_NOMEM();
   double beta = n->da[1];
   bool use_c = C->value && (tpu_dtype_is_floating(cd) ? beta != 0 : n->ia[2] != 0);
+  /* The product accumulates straight into a dense output of the compute dtype that no
+   * input shares; otherwise into a scratch buffer that is then unpacked. */
+  bool direct = out->dtype == cd && tpu__operand_is_contiguous(out) && out->value != A->value &&
+                out->value != B->value && (!use_c || out->value != C->value);
+  char* acc = direct ? tpu__operand_ptr(out) : tpu__malloc((size_t)total);
+  if (!acc) return TPU_HOST_NOMEM();
   if (use_c) {
     tpu_operand_t cb = broadcast_to(C, out->ndim, out->sizes);
     tpu__pack(&cb, NULL, cd, acc);
@@ -165,19 +244,14 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
     st = mat_get(A, cd, &a);
     if (!st) st = mat_get(B, cd, &b);
     if (!st) {
-      double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
-      double scale = use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0;
-      for (int64_t i = 0; i < bt; ++i) {
-        char* ci = acc + (size_t)((reduce ? 0 : i) * M * N) * csz;
-        /* beta scales C once; later batches of addbmm accumulate with beta 1. */
-        double bb = reduce && i > 0 ? 1.0 : scale;
-        const char* pa = a.ptr + (size_t)(i * a.bstride) * csz;
-        const char* pb = b.ptr + (size_t)(i * b.bstride) * csz;
-        gemm_dense(cd, a.trans, b.trans, M, N, K, alpha, pa, a.ld, pb, b.ld, bb, ci, N);
-        /* PyTorch's addbmm is a loop of addmm_ into the output: a bf16/f16 result is
-         * rounded after every batch. */
-        if (reduce && cd == TPU_DTYPE_F32) tpu__round_f32_run((float*)ci, M * N, out->dtype);
-      }
+      bgemm_t g = {n, cd, &a, &b, acc, M, N, K, reduce, out->dtype,
+                   tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1],
+                   use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0};
+      /* Batches of a batched product run in a region (each GEMM one BLAS call) when
+       * there are enough of them; addbmm's sum over batches stays in order. */
+      bool by_batch = !reduce && bt >= tpu__num_threads() &&
+                      2.0 * (double)bt * (double)M * (double)N * (double)K >= TPU_BLAS_SERIAL_FLOPS;
+      st = by_batch ? tpu__parallel_for(bt, 1, gemm_batches, &g) : gemm_batches(&g, 0, bt, 0);
     }
   } else if (use_c && tpu_dtype_is_floating(cd)) {
     for (uint64_t i = 0; i < total / csz; ++i) {
@@ -187,11 +261,13 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   } else if (use_c) {
     for (uint64_t i = 0; i < total / csz; ++i)
       ((int64_t*)acc)[i] = (int64_t)((uint64_t)((int64_t*)acc)[i] * (uint64_t)n->ia[2]);
+  } else {
+    memset(acc, 0, (size_t)total);
   }
-  if (!st) tpu__unpack(out, acc, cd);
+  if (!st && !direct) tpu__unpack(out, acc, cd);
   tpu__free(a.owned);
   tpu__free(b.owned);
-  tpu__free(acc);
+  if (!direct) tpu__free(acc);
   return st;
 }
 
@@ -216,7 +292,7 @@ static tpu_status_t trsm_kernel(tpu_node_t* n) {
   enum CBLAS_UPLO uplo = n->ia[0] ? CblasUpper : CblasLower;
   enum CBLAS_TRANSPOSE tr = n->ia[3] ? CblasTrans : CblasNoTrans;
   enum CBLAS_DIAG diag = n->ia[2] ? CblasUnit : CblasNonUnit;
-  if (mats > 0) tpu__blas_prepare((double)mats * (double)an * (double)m * (double)k);
+  if (mats > 0) tpu__blas_prepare();
   for (int64_t i = 0; i < mats; ++i) {
     if (cd == TPU_DTYPE_F32)
       scipy_cblas_strsm(CblasRowMajor, side, uplo, tr, diag, (blasint)m, (blasint)k, 1.0f,

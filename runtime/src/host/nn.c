@@ -76,6 +76,11 @@ static bool rows_open(rows_t* r, tpu_operand_t* op, int64_t m, int64_t k, bool i
 
 static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
   if (r->full) return r->full + i * r->k;
+  if (r->op->dtype == TPU_DTYPE_F32) { /* the common case, as a loop that vectorizes */
+    const float* src = (const float*)tpu__operand_ptr(r->op) + i * r->k;
+    for (int64_t j = 0; j < r->k; ++j) buf[j] = src[j];
+    return buf;
+  }
   size_t esz = tpu_dtype_size(r->op->dtype);
   tpu__convert_run(buf, TPU_DTYPE_F64, 1, tpu__operand_ptr(r->op) + i * r->k * (int64_t)esz, r->op->dtype, 1, r->k);
   return buf;
@@ -83,6 +88,11 @@ static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
 
 static void rows_put(rows_t* r, int64_t i, const double* row) {
   if (r->full) { memcpy(r->full + i * r->k, row, sizeof(double) * (size_t)r->k); return; }
+  if (r->op->dtype == TPU_DTYPE_F32) {
+    float* dst = (float*)tpu__operand_ptr(r->op) + i * r->k;
+    for (int64_t j = 0; j < r->k; ++j) dst[j] = (float)row[j];
+    return;
+  }
   size_t esz = tpu_dtype_size(r->op->dtype);
   tpu__convert_run(tpu__operand_ptr(r->op) + i * r->k * (int64_t)esz, r->op->dtype, 1, row, TPU_DTYPE_F64, 1, r->k);
 }
@@ -104,8 +114,35 @@ typedef struct ln_s {
   bool want_dx;
 } ln_t;
 
+/* Row sums with LANES independent partial sums, combined in a fixed order: the loop
+ * vectorizes (a single running sum is a chain of dependent adds, 4 cycles each) and
+ * the result is the same whichever instruction set runs it. */
+#define LANES 8
+
+static inline double lanes_total(const double* acc, double tail) {
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+static inline double row_sum(const double* x, int64_t k) {
+  double acc[LANES] = {0}, tail = 0;
+  int64_t j = 0;
+  for (; j + LANES <= k; j += LANES)
+    for (int l = 0; l < LANES; ++l) acc[l] += x[j + l];
+  for (; j < k; ++j) tail += x[j];
+  return lanes_total(acc, tail);
+}
+
+static inline double row_sq_dev(const double* x, int64_t k, double mean) {
+  double acc[LANES] = {0}, tail = 0;
+  int64_t j = 0;
+  for (; j + LANES <= k; j += LANES)
+    for (int l = 0; l < LANES; ++l) acc[l] += (x[j + l] - mean) * (x[j + l] - mean);
+  for (; j < k; ++j) tail += (x[j] - mean) * (x[j] - mean);
+  return lanes_total(acc, tail);
+}
+
 /* Each thread converts its rows through its own row buffers. */
-static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
+TPU_ISA_CLONES static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   ln_t* L = arg;
   int64_t k = L->k;
   double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
@@ -114,20 +151,14 @@ static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   const double *w = L->w, *bb = L->bb;
   for (int64_t r = rb; r < re; ++r) {
     const double* xr = rows_get(&L->rx, r, xrow);
-    double s = 0, v = 0;
-    for (int64_t j = 0; j < k; ++j) s += xr[j];
-    double mean = s / (double)k;
-    for (int64_t j = 0; j < k; ++j) v += (xr[j] - mean) * (xr[j] - mean);
-    double var = v / (double)k;
+    double mean = row_sum(xr, k) / (double)k;
+    double var = row_sq_dev(xr, k, mean) / (double)k;
     double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);
     L->mu[r] = mean;
     L->rs[r] = rstd;
-    for (int64_t j = 0; j < k; ++j) {
-      double t = (xr[j] - mean) * rstd;
-      if (w) t *= w[j];
-      if (bb) t += bb[j];
-      yrow[j] = t;
-    }
+    for (int64_t j = 0; j < k; ++j) yrow[j] = (xr[j] - mean) * rstd;
+    if (w) for (int64_t j = 0; j < k; ++j) yrow[j] *= w[j];
+    if (bb) for (int64_t j = 0; j < k; ++j) yrow[j] += bb[j];
     rows_put(&L->ry, r, yrow);
   }
   tpu__free(xrow);
@@ -170,14 +201,15 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
  * order, so the result depends on m alone, never on the thread count. */
 #define LN_GROUPS 16
 
-static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
+TPU_ISA_CLONES static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
   ln_t* L = arg;
   int64_t k = L->k;
   double* dyrow = tpu__malloc(sizeof(double) * cnt1(k));
   double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
   double* dxrow = tpu__malloc(sizeof(double) * cnt1(k));
-  if (!dyrow || !xrow || !dxrow) {
-    tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow);
+  double* grow = tpu__malloc(sizeof(double) * cnt1(k));
+  if (!dyrow || !xrow || !dxrow || !grow) {
+    tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow); tpu__free(grow);
     return TPU_HOST_NOMEM();
   }
   const double* w = L->w;
@@ -188,26 +220,32 @@ static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
     for (int64_t r = g * L->group; r < r1; ++r) {
       const double* dyr = rows_get(&L->rdy, r, dyrow);
       const double* xr = rows_get(&L->rx, r, xrow);
-      double mean = L->smu[r], rstd = L->srs[r], sg = 0, sgx = 0;
+      double mean = L->smu[r], rstd = L->srs[r];
+      /* xhat in dxrow, g = dy * w in grow */
+      for (int64_t j = 0; j < k; ++j) dxrow[j] = (xr[j] - mean) * rstd;
+      for (int64_t j = 0; j < k; ++j) grow[j] = w ? dyr[j] * w[j] : dyr[j];
       for (int64_t j = 0; j < k; ++j) {
-        double xh = (xr[j] - mean) * rstd;
-        double gg = dyr[j] * (w ? w[j] : 1.0);
-        sg += gg;
-        sgx += gg * xh;
-        dw[j] += dyr[j] * xh;
+        dw[j] += dyr[j] * dxrow[j];
         db[j] += dyr[j];
       }
       if (!L->want_dx) continue;
-      sg /= (double)k;
-      sgx /= (double)k;
-      for (int64_t j = 0; j < k; ++j) {
-        double xh = (xr[j] - mean) * rstd;
-        dxrow[j] = rstd * (dyr[j] * (w ? w[j] : 1.0) - sg - xh * sgx);
+      double acc_g[LANES] = {0}, acc_gx[LANES] = {0}, tg = 0, tgx = 0;
+      int64_t j = 0;
+      for (; j + LANES <= k; j += LANES)
+        for (int l = 0; l < LANES; ++l) {
+          acc_g[l] += grow[j + l];
+          acc_gx[l] += grow[j + l] * dxrow[j + l];
+        }
+      for (; j < k; ++j) {
+        tg += grow[j];
+        tgx += grow[j] * dxrow[j];
       }
+      double sg = lanes_total(acc_g, tg) / (double)k, sgx = lanes_total(acc_gx, tgx) / (double)k;
+      for (j = 0; j < k; ++j) dxrow[j] = rstd * (grow[j] - sg - dxrow[j] * sgx);
       rows_put(&L->rdx, r, dxrow);
     }
   }
-  tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow);
+  tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow); tpu__free(grow);
   return NULL;
 }
 
@@ -459,11 +497,11 @@ static tpu_operand_t bias_slice(const tpu_operand_t* bias, const sdpa_dims_t* d,
 
 static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
 
-/* One template per compute dtype: T is the element type, G the BLAS gemm, EXP/LOG the
+/* One template per compute dtype: T is the element type, CDT its dtype, EXP/LOG the
  * libm functions of T's precision. */
-#define SDPA_DEFINE(T, SFX, G, CDT, EXP, LOG)                                                          \
+#define SDPA_DEFINE(T, SFX, CDT, EXP, LOG)                                                          \
   /* Row loops between the GEMMs of one head: split across the pool above the work  \
-   * threshold (BLAS is not running then: it runs on this thread, between regions). */ \
+   * threshold (when the heads themselves do not already run in a region). */             \
   typedef struct sm_ctx_##SFX##_s {                                                            \
     T* sc; T* lse; int64_t S; T* dp; const T* gop; const T* op; void* unused; int64_t Ev; void* u2; \
   } sm_ctx_##SFX;                                                                              \
@@ -523,9 +561,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
         for (int64_t j = 0; j < nn; ++j) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j]; \
       return;                                                                                  \
     }                                                                                          \
-    tpu__blas_prepare(2.0 * (double)m * (double)nn * (double)k);                              \
-    G(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m,   \
-      (int)nn, (int)k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));                       \
+    tpu__gemm(CDT, ta, tb, m, nn, k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));        \
   }                                                                                            \
   /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
   static void scores_##SFX(const tpu_node_t* n, const sdpa_dims_t* d, const tpu_operand_t* bias, \
@@ -566,12 +602,11 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     tpu__free(sc);                                                                             \
     return NULL;                                                                               \
   }                                                                                            \
-  /* Heads in parallel when there are several and enough work; BLAS is set to one thread   \
-   * before the region so that the pool threads' GEMMs do not oversubscribe the cores. */     \
+  /* Heads in parallel when there are several and enough work; inside the region each     \
+   * head's GEMMs are single calls (tpu__gemm does not split within a region). */           \
   static tpu_status_t run_heads_##SFX(tpu_parallel_fn fn, heads_##SFX* X, int64_t nheads,     \
                                       int64_t per_head) {                                      \
     if (nheads > 1 && nheads * per_head >= TPU_PARALLEL_MIN_WORK) {                            \
-      tpu__blas_prepare(0);                                                                    \
       return tpu__parallel_for(nheads, 1, fn, X);                                              \
     }                                                                                          \
     return fn(X, 0, nheads, 0);                                                                \
@@ -689,8 +724,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     return st;                                                                                 \
   }
 
-SDPA_DEFINE(float, f32, scipy_cblas_sgemm, TPU_DTYPE_F32, tpu__vexpf, logf)
-SDPA_DEFINE(double, f64, scipy_cblas_dgemm, TPU_DTYPE_F64, exp, log)
+SDPA_DEFINE(float, f32, TPU_DTYPE_F32, tpu__vexpf, logf)
+SDPA_DEFINE(double, f64, TPU_DTYPE_F64, exp, log)
 
 static tpu_status_t sdpa_kernel(tpu_node_t* n) {
   return n->compute == TPU_DTYPE_F64 ? sdpa_fwd_f64(n) : sdpa_fwd_f32(n);

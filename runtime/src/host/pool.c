@@ -5,8 +5,9 @@
  * the caller being thread 0, so a kernel that combines per-chunk partials in chunk order
  * gets the same answer every run. Only one region runs at a time; a caller that finds
  * the pool busy (another device's queue thread) or that is itself inside a region runs
- * serially instead of queueing, so the machine is never oversubscribed. The queue thread
- * is also the only thread that calls BLAS, and only outside a region. */
+ * serially instead of queueing, so the machine is never oversubscribed. BLAS runs
+ * single-threaded inside whatever thread calls it (host/linalg.c splits large products
+ * over this pool). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
