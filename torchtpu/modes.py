@@ -87,7 +87,7 @@ class Explanation(list):
                  f"{'#':>4} {'ops':>5} {'kernels':>7} {'fused':>11} {'internal':>8} {'cache':>5} "
                  f"{'plan us':>8} {'run us':>9}  reason @ site"]
         for i, c in enumerate(self):
-            fused = f"{c['fused_ops']}/{c['fused_groups']}g"
+            fused = f"{c['fused_ops']}/{c['fused_groups']}g" + (f"+{c['fused_reductions']}r" if c.get("fused_reductions") else "")
             lines.append(f"{i:>4} {c['ops']:>5} {c['kernels']:>7} {fused:>11} {c['internal_values']:>8} "
                          f"{'hit' if c['cache_hit'] else 'miss':>5} {c['plan_us']:>8.1f} {c['run_us']:>9.1f}  "
                          f"{c['reason']} @ {c['site'] or '?'}")

@@ -77,6 +77,7 @@ typedef struct tpu_cut_record_s {
   int kernels;        /* kernels launched: fused groups + single ops */
   int fused_groups;   /* groups of >= 2 elementwise ops run as one tile loop */
   int fused_nodes;    /* ops inside those groups */
+  int fused_reductions; /* groups ending with a row reduction (softmax, layer norm) */
   int internal_values;/* intermediates never written to memory */
   bool cache_hit;     /* the plan came from the plan cache */
   uint64_t key;       /* structural key of the graph */

@@ -440,6 +440,20 @@ static bool components(tpu_graph_t* g, int i, int limit, const uint8_t* fusable,
   return true;
 }
 
+/* c reads, as its input 0 and through the same view, the output of a group member
+ * (the latest one writing that value), has the group's shape there, and the driver can
+ * run it on the rows the group computes. */
+static bool ends_group(tpu_driver_t* drv, tpu_node_t** nodes, const int* members, int m, const tpu_node_t* c) {
+  if (!drv->vt->can_end_group || c->n_in < 1 || !c->in[0].value) return false;
+  for (int q = m - 1; q >= 0; --q) {
+    const tpu_node_t* p = nodes[members[q]];
+    if (p->out[0].value != c->in[0].value) continue;
+    return tpu__operand_same_view(&p->out[0], &c->in[0]) && same_shape(&c->in[0], &nodes[members[0]]->out[0]) &&
+           drv->vt->can_end_group(drv, p, c);
+  }
+  return false;
+}
+
 /* Groups fusable nodes of one output shape, also across independent ops in between,
  * within a window of LOOKAHEAD ops. Whole components are taken (the start node's first,
  * then each further component met in program order while it fits in MAX_GROUP), so a
@@ -494,6 +508,12 @@ static tpu_status_t partition(tpu_graph_t* g) {
             assigned[j] = 1;
             continue;
           }
+        }
+        /* A row reduction of a member's output ends the group. */
+        if (!fusable[j] && ends_group(drv, g->nodes, members, m, c) && independent_of(c, &sr, &sw)) {
+          members[m++] = j;
+          assigned[j] = 1;
+          break;
         }
         sets_ok = note_skipped(c, &sr, &sw);
       }
@@ -664,6 +684,7 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
     if (len > 1) {
       rec.fused_groups++;
       rec.fused_nodes += len;
+      rec.fused_reductions += !tpu__driver()->vt->can_fuse(tpu__driver(), g->nodes[g->order[pos + len - 1]]);
       for (int k = pos; k < pos + len; ++k) rec.internal_values += g->internal[g->order[k]];
     }
     pos += len;
@@ -710,6 +731,9 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
           if (v && !inside) st = tpu__value_materialize(n->in[j].value);
         }
         if (!st && !internal[k]) st = tpu__value_materialize(n->out[0].value);
+        /* an ending row reduction: every output is stored */
+        for (int j = 1; j < n->n_out && !st && k == len - 1 && !drv->vt->can_fuse(drv, n); ++j)
+          if (n->out_bound[j]) st = tpu__value_materialize(n->out[j].value);
       }
       if (!st) st = drv->vt->run_group(drv, members, len, internal);
       if (st)

@@ -163,6 +163,9 @@ typedef struct tpu_driver_vtable_s {
    * memory (its value stays unmaterialized). */
   bool (*can_fuse)(tpu_driver_t* d, const tpu_node_t* node);
   tpu_status_t (*run_group)(tpu_driver_t* d, tpu_node_t* const* nodes, int k, const uint8_t* internal);
+  /* Optional: node, a row reduction reading producer's output, can end a group (it then
+   * runs as the group's last member, all its outputs materialized). */
+  bool (*can_end_group)(tpu_driver_t* d, const tpu_node_t* producer, const tpu_node_t* node);
 } tpu_driver_vtable_t;
 struct tpu_driver_s { const tpu_driver_vtable_t* vt; };
 

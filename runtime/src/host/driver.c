@@ -110,6 +110,7 @@ static const tpu_driver_vtable_t host_vtable = {
     .read = host_read,
     .can_fuse = tpu__host_can_fuse,
     .run_group = tpu__host_run_group,
+    .can_end_group = tpu__host_can_end_group,
 };
 
 static tpu_driver_t host_driver = {&host_vtable};

@@ -6,7 +6,12 @@
  * view, as the planner guarantees), from memory otherwise, and writes its output tile
  * to memory only when the value is needed outside the group (internal[i] == 0). An
  * output whose dtype is narrower than the compute dtype is rounded through it, so a
- * fused group computes exactly what the same ops compute one by one. */
+ * fused group computes exactly what the same ops compute one by one.
+ *
+ * A group may end with a row reduction over the last dim (tpu_row_end_t: softmax,
+ * log_softmax, layer norm) that consumes a member's float32 output: the iteration space
+ * then keeps the last dim as its rows, each row is computed tile by tile into a row
+ * buffer, and the reduction runs on the row while it is in cache. */
 #include "host/host.h"
 
 #define TILE 1024
@@ -16,6 +21,19 @@ typedef struct src_s {
   int kind;        /* 0 external operand, 1 scalar, 2 producer tile */
   int index;       /* external operand index or producer node index */
 } src_t;
+
+bool tpu__host_can_end_group(tpu_driver_t* d, const tpu_node_t* producer, const tpu_node_t* n) {
+  (void)d;
+  const tpu_operand_t* x = &n->in[0];
+  if (producer->compute != TPU_DTYPE_F32 || producer->out[0].dtype != TPU_DTYPE_F32 || x->ndim < 1 ||
+      x->sizes[x->ndim - 1] < 2)
+    return false;
+  return tpu__softmax_row_end_ok(n) || tpu__layer_norm_row_end_ok(n);
+}
+
+static tpu_status_t row_end_open(const tpu_node_t* n, tpu_row_end_t* e) {
+  return n->kind == TPU_KIND_LAYER_NORM ? tpu__layer_norm_row_end_open(n, e) : tpu__softmax_row_end_open(n, e);
+}
 
 bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* n) {
   (void)d;
@@ -55,6 +73,8 @@ typedef struct group_ctx_s {
   int nd;
   int64_t shape[TPU_MAX_DIMS];
   int64_t (*strides)[TPU_MAX_DIMS];
+  const tpu_row_end_t* end; /* the ending row reduction, or NULL */
+  int end_src;              /* the member whose output it reduces */
 } group_ctx_t;
 
 /* Rows [r0, r1) of the group's iteration space (one row = the last dimension), with
@@ -70,9 +90,12 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
   int k = c->k, nd = c->nd;
   const int64_t* shape = c->shape;
   size_t per_node = (size_t)9 * TILE * 8;
-  char* scratch = thread_scratch(per_node * (size_t)k + (size_t)TILE * 8);
+  int64_t row_k = c->end ? c->end->k : 0;
+  char* scratch = thread_scratch(per_node * (size_t)k + (size_t)TILE * 8 + (size_t)row_k * 3 * 8);
   if (!scratch) return TPU_HOST_NOMEM();
   char* round_buf = scratch + per_node * (size_t)k;
+  float* row_buf = (float*)(round_buf + (size_t)TILE * 8);   /* the reduced member's row */
+  double* row_scratch = (double*)(row_buf + 2 * row_k);     /* 8-byte aligned */
   for (int i = 0; i < k; ++i) /* constant tiles for scalar inputs */
     for (int j = 0; j < nodes[i]->n_in; ++j)
       if (src[i * 8 + j].kind == 1) {
@@ -129,8 +152,10 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
           char* p = (char*)op->value->data + (base[c->out_ext[i]] + t0 * st_) * (int64_t)tpu_dtype_size(od);
           tpu__convert_run(p, od, st_, nbuf, cdt[i], 1, len);
         }
+        if (i == c->end_src && c->end) memcpy(row_buf + t0, nbuf, sizeof(float) * (size_t)len);
       }
     }
+    if (c->end) c->end->row(c->end, row_buf, r, row_scratch);
     for (int d = nd - 2; d >= 0; --d) {
       if (++idx[d] < shape[d]) break;
       idx[d] = 0;
@@ -145,6 +170,19 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   const tpu_operand_t* shape_op = &nodes[0]->out[0];
   int nd = shape_op->ndim;
   int64_t numel = tpu__operand_numel(shape_op);
+  /* A last member without a tile function is the ending row reduction. */
+  tpu_row_end_t end_op = {0};
+  const tpu_node_t* end = tpu__elementwise_tile_fn(nodes[k - 1]) ? NULL : nodes[k - 1];
+  int end_src = -1;
+  if (end) {
+    for (int q = k - 2; q >= 0 && end_src < 0; --q)
+      if (tpu__operand_same_view(&nodes[q]->out[0], &end->in[0])) end_src = q;
+    if (end_src < 0 || nodes[end_src]->compute != TPU_DTYPE_F32)
+      return tpu_status_make(TPU_INTERNAL, "fused group ends with %s but no member produces its input",
+                             tpu__node_describe(end));
+    TPU_RETURN_IF_ERROR(row_end_open(end, &end_op));
+    k--; /* the tile loop runs the elementwise members */
+  }
   /* Gather external operands: inputs read from memory and outputs written to it. */
   const tpu_operand_t* ext[MAX_OPS];
   int n_ext = 0;
@@ -182,12 +220,12 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   if (numel == 0) goto done;
   strides = tpu__malloc(sizeof(*strides) * (size_t)(n_ext ? n_ext : 1));
   if (!strides) { st = TPU_HOST_NOMEM(); goto done; }
-  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, 0, {0}, strides};
+  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, 0, {0}, strides, end ? &end_op : NULL, end_src};
   /* Broadcast-align every operand's strides, drop size-1 dims, merge contiguous dims. */
   for (int d = 0; d < nd; ++d) {
     if (shape_op->sizes[d] == 1) continue;
     int m = ctx.nd;
-    bool merge = m > 0;
+    bool merge = m > 0 && !(end && d == nd - 1); /* rows of the reduction stay rows */
     for (int e = 0; e < n_ext; ++e) {
       const tpu_operand_t* op = ext[e];
       int sd = d - (nd - op->ndim);
@@ -208,6 +246,7 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   int64_t grain = inner >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / inner;
   st = tpu__parallel_for(rows, grain, group_rows, &ctx);
 done:
+  tpu__free(end_op.state);
   tpu__free(strides);
   tpu__free(src);
   tpu__free(out_ext);

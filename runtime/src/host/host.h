@@ -25,6 +25,26 @@ TPU_HOST_FAMILIES(TPU__DECL_REG)
 bool tpu__host_can_fuse(tpu_driver_t* d, const tpu_node_t* node);
 tpu_status_t tpu__host_run_group(tpu_driver_t* d, tpu_node_t* const* nodes, int k,
                                  const uint8_t* internal);
+bool tpu__host_can_end_group(tpu_driver_t* d, const tpu_node_t* producer, const tpu_node_t* node);
+
+/* A row reduction that ends a fused group: a reduction over the last dim of its input
+ * (softmax, log_softmax, layer norm over the last dim) whose input is the float32 output
+ * of a group member. The group computes one row at a time in tiles, then hands the
+ * whole row to row(), which writes that row's outputs exactly as the reduction's own
+ * kernel would. scratch holds 2 * k doubles for the calling thread. */
+typedef struct tpu_row_end_s tpu_row_end_t;
+struct tpu_row_end_s {
+  const tpu_node_t* node;
+  int64_t k;   /* row length */
+  void* state; /* per-run data (layer norm: weight and bias in f64) */
+  void (*row)(const tpu_row_end_t* e, const float* x, int64_t r, double* scratch);
+};
+/* Per family: whether node can end a group, and setting up a run (free state with
+ * tpu__free afterwards). */
+bool tpu__softmax_row_end_ok(const tpu_node_t* node);
+tpu_status_t tpu__softmax_row_end_open(const tpu_node_t* node, tpu_row_end_t* e);
+bool tpu__layer_norm_row_end_ok(const tpu_node_t* node);
+tpu_status_t tpu__layer_norm_row_end_open(const tpu_node_t* node, tpu_row_end_t* e);
 
 /* Tile engine: output 0 and all inputs are broadcast to output 0's shape; fn sees
  * contiguous tiles in `compute` dtype (scalars arrive as constant tiles). The output

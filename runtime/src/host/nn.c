@@ -141,28 +141,78 @@ static inline double row_sq_dev(const double* x, int64_t k, double mean) {
   return lanes_total(acc, tail);
 }
 
+/* One row: statistics into mu[r], rs[r], the normalized row into y. */
+TPU_ISA_CLONES static void ln_row(const ln_t* L, const double* xr, double* y, double* mu, double* rs) {
+  int64_t k = L->k;
+  const double *w = L->w, *bb = L->bb;
+  double mean = row_sum(xr, k) / (double)k;
+  double var = row_sq_dev(xr, k, mean) / (double)k;
+  double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);
+  *mu = mean;
+  *rs = rstd;
+  for (int64_t j = 0; j < k; ++j) y[j] = (xr[j] - mean) * rstd;
+  if (w) for (int64_t j = 0; j < k; ++j) y[j] *= w[j];
+  if (bb) for (int64_t j = 0; j < k; ++j) y[j] += bb[j];
+}
+
 /* Each thread converts its rows through its own row buffers. */
-TPU_ISA_CLONES static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
+static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   ln_t* L = arg;
   int64_t k = L->k;
   double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
   double* yrow = tpu__malloc(sizeof(double) * cnt1(k));
   if (!xrow || !yrow) { tpu__free(xrow); tpu__free(yrow); return TPU_HOST_NOMEM(); }
-  const double *w = L->w, *bb = L->bb;
   for (int64_t r = rb; r < re; ++r) {
-    const double* xr = rows_get(&L->rx, r, xrow);
-    double mean = row_sum(xr, k) / (double)k;
-    double var = row_sq_dev(xr, k, mean) / (double)k;
-    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);
-    L->mu[r] = mean;
-    L->rs[r] = rstd;
-    for (int64_t j = 0; j < k; ++j) yrow[j] = (xr[j] - mean) * rstd;
-    if (w) for (int64_t j = 0; j < k; ++j) yrow[j] *= w[j];
-    if (bb) for (int64_t j = 0; j < k; ++j) yrow[j] += bb[j];
+    ln_row(L, rows_get(&L->rx, r, xrow), yrow, &L->mu[r], &L->rs[r]);
     rows_put(&L->ry, r, yrow);
   }
   tpu__free(xrow);
   tpu__free(yrow);
+  return NULL;
+}
+
+/* Layer norm over the last dim of a float32 input with dense float32 outputs, as the end
+ * of a fused group: the same row computation, the statistics rounded to float32 as the
+ * kernel's unpack does. */
+bool tpu__layer_norm_row_end_ok(const tpu_node_t* n) {
+  const tpu_operand_t* x = &n->in[0];
+  if (n->kind != TPU_KIND_LAYER_NORM || x->dtype != TPU_DTYPE_F32 || x->ndim < 1 || n->ia[0] != x->ndim - 1)
+    return false;
+  if (n->n_out != 3 || tpu__output_absent(&n->out[0])) return false;
+  for (int i = 0; i < n->n_out; ++i)
+    if (!tpu__output_absent(&n->out[i]) && (n->out[i].dtype != TPU_DTYPE_F32 || !tpu__operand_is_contiguous(&n->out[i])))
+      return false;
+  return true;
+}
+
+static void ln_row_end(const tpu_row_end_t* e, const float* x, int64_t r, double* scratch) {
+  const ln_t* L = e->state;
+  const tpu_node_t* n = e->node;
+  int64_t k = e->k;
+  double *xr = scratch, *y = scratch + k, mu, rs;
+  for (int64_t j = 0; j < k; ++j) xr[j] = x[j];
+  ln_row(L, xr, y, &mu, &rs);
+  float* yo = (float*)tpu__operand_ptr(&n->out[0]) + r * k;
+  for (int64_t j = 0; j < k; ++j) yo[j] = (float)y[j];
+  if (!tpu__output_absent(&n->out[1])) ((float*)tpu__operand_ptr(&n->out[1]))[r] = (float)mu;
+  if (!tpu__output_absent(&n->out[2])) ((float*)tpu__operand_ptr(&n->out[2]))[r] = (float)rs;
+}
+
+tpu_status_t tpu__layer_norm_row_end_open(const tpu_node_t* n, tpu_row_end_t* e) {
+  int64_t k = n->in[0].sizes[n->in[0].ndim - 1];
+  /* one allocation: the ln_t, then weight and bias in f64 */
+  ln_t* L = tpu__calloc(1, sizeof(ln_t) + sizeof(double) * cnt1(2 * k));
+  if (!L) return TPU_HOST_NOMEM();
+  double* wb = (double*)(L + 1);
+  L->k = k;
+  L->eps = n->da[0];
+  for (int i = 1; i <= 2; ++i) {
+    if (!present(&n->in[i])) continue;
+    double* dst = wb + (i - 1) * k;
+    tpu__pack(&n->in[i], NULL, TPU_DTYPE_F64, dst);
+    if (i == 1) L->w = dst; else L->bb = dst;
+  }
+  *e = (tpu_row_end_t){n, k, L, ln_row_end};
   return NULL;
 }
 

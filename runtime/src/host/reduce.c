@@ -566,6 +566,26 @@ static tpu_status_t scan_rows(void* arg, int64_t jb, int64_t je, int tid) {
   return NULL;
 }
 
+/* Softmax / log_softmax over the last dim of a float32 input into a dense float32
+ * output, as the end of a fused group: the kernel's own row function. */
+bool tpu__softmax_row_end_ok(const tpu_node_t* n) {
+  const tpu_operand_t* x = &n->in[0];
+  return (n->kind == TPU_KIND_RED_SOFTMAX || n->kind == TPU_KIND_RED_LOG_SOFTMAX) && x->ndim >= 1 &&
+         n->ia[0] == x->ndim - 1 && x->dtype == TPU_DTYPE_F32 && n->compute == TPU_DTYPE_F32 &&
+         n->out[0].dtype == TPU_DTYPE_F32 && tpu__operand_is_contiguous(&n->out[0]);
+}
+
+static void softmax_row_end(const tpu_row_end_t* e, const float* x, int64_t r, double* scratch) {
+  (void)scratch;
+  float* y = (float*)tpu__operand_ptr(&e->node->out[0]) + r * e->k;
+  scan_row_f32(e->node->kind, x, y, NULL, e->k);
+}
+
+tpu_status_t tpu__softmax_row_end_open(const tpu_node_t* n, tpu_row_end_t* e) {
+  *e = (tpu_row_end_t){n, n->in[0].sizes[n->in[0].ndim - 1], NULL, softmax_row_end};
+  return NULL;
+}
+
 static bool identity_perm(const int* perm, int nd) {
   for (int d = 0; d < nd; ++d)
     if (perm[d] != d) return false;
