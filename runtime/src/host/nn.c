@@ -548,12 +548,72 @@ static tpu_operand_t bias_slice(const tpu_operand_t* bias, const sdpa_dims_t* d,
 static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
 
 /* One template per compute dtype: T is the element type, CDT its dtype, EXP/LOG the
- * libm functions of T's precision. */
-#define SDPA_DEFINE(T, SFX, CDT, EXP, LOG)                                                          \
-  /* Row loops between the GEMMs of one head: split across the pool above the work  \
-   * threshold (when the heads themselves do not already run in a region). */             \
+ * libm functions of T's precision (EXP vectorizes for float).
+ *
+ * q, k, v, grad_out and out are read in place when they are in the compute dtype with a
+ * unit stride in the last dim (the transposed views of a fused qkv projection are), as
+ * (b, h) slices of rows with a row stride; otherwise they are packed. Outputs are written
+ * in place when dense in the compute dtype. Row sums and maxima use LANES partial
+ * results in a fixed order, so they vectorize and do not depend on the instruction set. */
+#define SDPA_DEFINE(T, SFX, CDT, EXP, LOG)                                                     \
+  /* A 4-d operand as (b, h) slices of rows: element (b, h, i, e) at p[b*sb + h*sh + i*ld + e]. */ \
+  typedef struct hm_##SFX##_s { T* p; int64_t sb, sh, ld; void* owned; } hm_##SFX;           \
+  static inline T* hm_at_##SFX(const hm_##SFX* m, int64_t b, int64_t h) {                     \
+    return m->p + b * m->sb + h * m->sh;                                                       \
+  }                                                                                            \
+  static bool hm_open_##SFX(const tpu_operand_t* op, hm_##SFX* m) {                            \
+    const int64_t* z = op->sizes;                                                              \
+    m->owned = NULL;                                                                           \
+    if (op->dtype == CDT && (op->strides[3] == 1 || z[3] == 1) &&                              \
+        (op->strides[2] >= z[3] || z[2] == 1) && op->strides[0] >= 0 && op->strides[1] >= 0) { \
+      m->p = (T*)tpu__operand_ptr(op);                                                         \
+      m->sb = op->strides[0]; m->sh = op->strides[1];                                          \
+      m->ld = z[2] == 1 ? (z[3] > 0 ? z[3] : 1) : op->strides[2];                              \
+      return true;                                                                             \
+    }                                                                                          \
+    m->owned = m->p = tpu__pack_alloc(op, CDT);                                                \
+    m->sb = z[1] * z[2] * z[3]; m->sh = z[2] * z[3]; m->ld = z[3] > 0 ? z[3] : 1;             \
+    return m->p != NULL;                                                                       \
+  }                                                                                            \
+  /* An output: in place when dense in CDT (zeroed when it accumulates), else scratch.       */ \
+  static bool hm_out_##SFX(const tpu_operand_t* op, hm_##SFX* m, bool zero) {                 \
+    const int64_t* z = op->sizes;                                                              \
+    size_t cnt = (size_t)(z[0] * z[1] * z[2] * z[3]);                                          \
+    m->sb = z[1] * z[2] * z[3]; m->sh = z[2] * z[3]; m->ld = z[3] > 0 ? z[3] : 1;             \
+    if (op->dtype == CDT && tpu__operand_is_contiguous(op)) {                                  \
+      m->owned = NULL;                                                                         \
+      m->p = (T*)tpu__operand_ptr(op);                                                         \
+      if (zero) memset(m->p, 0, sizeof(T) * cnt);                                              \
+      return true;                                                                             \
+    }                                                                                          \
+    m->owned = m->p = zero ? tpu__calloc(cnt + 1, sizeof(T)) : tpu__malloc(sizeof(T) * (cnt + 1)); \
+    return m->p != NULL;                                                                       \
+  }                                                                                            \
+  static void hm_close_##SFX(tpu_operand_t* op, hm_##SFX* m, bool store) {                     \
+    if (m->owned && store) tpu__unpack(op, m->owned, CDT);                                     \
+    tpu__free(m->owned);                                                                       \
+    m->owned = NULL;                                                                           \
+  }                                                                                            \
+  static inline T dot_##SFX(const T* a, const T* b, int64_t n) {                       \
+    T acc[LANES] = {0}, tail = 0;                                                              \
+    int64_t j = 0;                                                                             \
+    for (; j + LANES <= n; j += LANES)                                                         \
+      for (int l = 0; l < LANES; ++l) acc[l] += a[j + l] * b[j + l];                           \
+    for (; j < n; ++j) tail += a[j] * b[j];                                                    \
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail; \
+  }                                                                                            \
+  static inline T sum_##SFX(const T* a, int64_t n) {                                          \
+    T acc[LANES] = {0}, tail = 0;                                                              \
+    int64_t j = 0;                                                                             \
+    for (; j + LANES <= n; j += LANES)                                                         \
+      for (int l = 0; l < LANES; ++l) acc[l] += a[j + l];                                      \
+    for (; j < n; ++j) tail += a[j];                                                           \
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail; \
+  }                                                                                            \
+  /* Row loops between the GEMMs of one head: split across the pool above the work          \
+   * threshold (when the heads themselves do not already run in a region). */               \
   typedef struct sm_ctx_##SFX##_s {                                                            \
-    T* sc; T* lse; int64_t S; T* dp; const T* gop; const T* op; void* unused; int64_t Ev; void* u2; \
+    T* sc; T* lse; int64_t S; T* dp; const T* gop; const T* op; int64_t ldgo, ldo, Ev;         \
   } sm_ctx_##SFX;                                                                              \
   static void attn_rows_##SFX(int64_t L, int64_t S, tpu_parallel_fn fn, sm_ctx_##SFX* C) {     \
     if (L > 1 && L * S >= TPU_PARALLEL_MIN_WORK)                                               \
@@ -561,44 +621,50 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     else                                                                                       \
       fn(C, 0, L, 0);                                                                          \
   }                                                                                            \
-  TPU_ISA_CLONES static tpu_status_t sm_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
+  TPU_ISA_CLONES static tpu_status_t sm_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) { \
     sm_ctx_##SFX* C = arg;                                                                     \
     int64_t S = C->S;                                                                          \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
       T* row = C->sc + i * S;                                                                  \
-      T mx = -(T)INFINITY;                                                                     \
-      for (int64_t j = 0; j < S; ++j) mx = row[j] > mx ? row[j] : mx;                          \
+      T mx = -(T)INFINITY, acc[LANES];                                                         \
+      int64_t j = 0;                                                                           \
+      for (int l = 0; l < LANES; ++l) acc[l] = -(T)INFINITY;                                   \
+      for (; j + LANES <= S; j += LANES)                                                       \
+        for (int l = 0; l < LANES; ++l) acc[l] = row[j + l] > acc[l] ? row[j + l] : acc[l];   \
+      for (int l = 0; l < LANES; ++l) mx = acc[l] > mx ? acc[l] : mx;                          \
+      for (; j < S; ++j) mx = row[j] > mx ? row[j] : mx;                                       \
       if (mx == -(T)INFINITY) { /* fully masked row: zeros, as ATen's _safe_softmax */         \
-        for (int64_t j = 0; j < S; ++j) row[j] = 0;                                            \
+        for (j = 0; j < S; ++j) row[j] = 0;                                                    \
         C->lse[i] = -(T)INFINITY;                                                              \
         continue;                                                                              \
       }                                                                                        \
-      T s = 0;                                                                                 \
-      for (int64_t j = 0; j < S; ++j) row[j] = EXP(row[j] - mx); /* vectorizes */            \
-      for (int64_t j = 0; j < S; ++j) s += row[j];                                             \
+      for (j = 0; j < S; ++j) row[j] = EXP(row[j] - mx);                                       \
+      T s = sum_##SFX(row, S);                                                                 \
       T inv = (T)1 / s; /* ATen's softmax also scales by the reciprocal */                    \
-      for (int64_t j = 0; j < S; ++j) row[j] *= inv;                                           \
+      for (j = 0; j < S; ++j) row[j] *= inv;                                                   \
       C->lse[i] = mx + LOG(s);                                                                 \
     }                                                                                          \
     return NULL;                                                                               \
   }                                                                                            \
-  TPU_ISA_CLONES static tpu_status_t p_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {               \
+  TPU_ISA_CLONES static tpu_status_t p_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) { \
     sm_ctx_##SFX* C = arg;                                                                     \
     int64_t S = C->S;                                                                          \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
       T l = C->lse[i];                                                                         \
-      for (int64_t j = 0; j < S; ++j)                                                          \
-        C->sc[i * S + j] = l == -(T)INFINITY ? 0 : EXP(C->sc[i * S + j] - l);                  \
+      T* row = C->sc + i * S;                                                                  \
+      if (l == -(T)INFINITY) { for (int64_t j = 0; j < S; ++j) row[j] = 0; continue; }         \
+      for (int64_t j = 0; j < S; ++j) row[j] = EXP(row[j] - l);                                \
     }                                                                                          \
     return NULL;                                                                               \
   }                                                                                            \
-  TPU_ISA_CLONES static tpu_status_t ds_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {              \
+  TPU_ISA_CLONES static tpu_status_t ds_rows_##SFX(void* arg, int64_t ib, int64_t ie, int tid) { \
     sm_ctx_##SFX* C = arg;                                                                     \
-    int64_t S = C->S, Ev = C->Ev;                                                              \
+    int64_t S = C->S;                                                                          \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
-      T di = 0;                                                                                \
-      for (int64_t e = 0; e < Ev; ++e) di += C->gop[i * Ev + e] * C->op[i * Ev + e];           \
-      for (int64_t j = 0; j < S; ++j) C->dp[i * S + j] = C->sc[i * S + j] * (C->dp[i * S + j] - di); \
+      T di = dot_##SFX(C->gop + i * C->ldgo, C->op + i * C->ldo, C->Ev);                       \
+      T* dp = C->dp + i * S;                                                                   \
+      const T* p = C->sc + i * S;                                                              \
+      for (int64_t j = 0; j < S; ++j) dp[j] = p[j] * (dp[j] - di);                             \
     }                                                                                          \
     return NULL;                                                                               \
   }                                                                                            \
@@ -613,11 +679,19 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     }                                                                                          \
     tpu__gemm(CDT, ta, tb, m, nn, k, alpha, a, ld(lda), b, ld(ldb), beta, c, ld(ldc));        \
   }                                                                                            \
+  typedef struct heads_##SFX##_s {                                                             \
+    tpu_node_t* n; const sdpa_dims_t* d; const tpu_operand_t* bias; int64_t grp;               \
+    hm_##SFX q, k, v, go, o, out, dq, dk, dv;                                                  \
+    T* lse;                                                                                    \
+  } heads_##SFX;                                                                               \
   /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
-  static void scores_##SFX(const tpu_node_t* n, const sdpa_dims_t* d, const tpu_operand_t* bias, \
-                           int64_t b, int64_t h, const T* qp, const T* kp, T* sc, T* tmp) {    \
+  static void scores_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk, T* sc, T* tmp) { \
+    const tpu_node_t* n = X->n;                                                                \
+    const sdpa_dims_t* d = X->d;                                                               \
     T scale = (T)n->da[0];                                                                     \
-    gemm_##SFX(false, true, d->L, d->S, d->E, scale, qp, d->E, kp, d->E, 0, sc, d->S);         \
+    gemm_##SFX(false, true, d->L, d->S, d->E, scale, hm_at_##SFX(&X->q, b, h), X->q.ld,        \
+               hm_at_##SFX(&X->k, b, hk), X->k.ld, 0, sc, d->S);                               \
+    const tpu_operand_t* bias = X->bias;                                                       \
     if (bias && present(bias)) {                                                               \
       tpu_operand_t sl = bias_slice(bias, d, b, h);                                            \
       tpu__pack(&sl, NULL, CDT, tmp);                                                          \
@@ -631,10 +705,6 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   }                                                                                            \
   /* Heads run in parallel, each with its own score buffers and single-threaded GEMMs; a  \
    * head's rows then run serially (a nested region), in the same order as before. */       \
-  typedef struct heads_##SFX##_s {                                                             \
-    tpu_node_t* n; const sdpa_dims_t* d; const tpu_operand_t* bias; int64_t grp;               \
-    const T *q, *k, *v, *go, *o; T *out, *lse, *dq, *dk, *dv;                                  \
-  } heads_##SFX;                                                                               \
   static tpu_status_t fwd_heads_##SFX(void* arg, int64_t hb, int64_t he, int tid) {           \
     heads_##SFX* X = arg;                                                                      \
     const sdpa_dims_t* d = X->d;                                                               \
@@ -642,12 +712,12 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     if (!sc) return TPU_HOST_NOMEM();                                                          \
     T* tmp = sc + d->L * d->S;                                                                 \
     for (int64_t bh = hb; bh < he; ++bh) {                                                     \
-      int64_t b = bh / d->H, h = bh % d->H, bk = b * d->Hk + h / X->grp;                       \
-      scores_##SFX(X->n, d, X->bias, b, h, X->q + bh * d->L * d->E, X->k + bk * d->S * d->E, sc, tmp); \
-      sm_ctx_##SFX C = {sc, X->lse + bh * d->L, d->S, NULL, NULL, NULL, NULL, 0, NULL};        \
+      int64_t b = bh / d->H, h = bh % d->H, hk = h / X->grp;                                   \
+      scores_##SFX(X, b, h, hk, sc, tmp);                                                      \
+      sm_ctx_##SFX C = {sc, X->lse + bh * d->L, d->S, NULL, NULL, NULL, 0, 0, 0};              \
       attn_rows_##SFX(d->L, d->S, sm_rows_##SFX, &C);                                          \
-      gemm_##SFX(false, false, d->L, d->Ev, d->S, 1, sc, d->S, X->v + bk * d->S * d->Ev, d->Ev, 0, \
-                 X->out + bh * d->L * d->Ev, d->Ev);                                           \
+      gemm_##SFX(false, false, d->L, d->Ev, d->S, 1, sc, d->S, hm_at_##SFX(&X->v, b, hk), X->v.ld, 0, \
+                 hm_at_##SFX(&X->out, b, h), X->out.ld);                                       \
     }                                                                                          \
     tpu__free(sc);                                                                             \
     return NULL;                                                                               \
@@ -656,30 +726,24 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
    * head's GEMMs are single calls (tpu__gemm does not split within a region). */           \
   static tpu_status_t run_heads_##SFX(tpu_parallel_fn fn, heads_##SFX* X, int64_t nheads,     \
                                       int64_t per_head) {                                      \
-    if (nheads > 1 && nheads * per_head >= TPU_PARALLEL_MIN_WORK) {                            \
+    if (nheads > 1 && nheads * per_head >= TPU_PARALLEL_MIN_WORK)                              \
       return tpu__parallel_for(nheads, 1, fn, X);                                              \
-    }                                                                                          \
     return fn(X, 0, nheads, 0);                                                                \
   }                                                                                            \
   static tpu_status_t sdpa_fwd_##SFX(tpu_node_t* n) {                                          \
     sdpa_dims_t d = sdpa_dims(n, 0);                                                           \
-    void* buf[5] = {0};                                                                        \
-    T* q = buf[0] = tpu__pack_alloc(&n->in[0], CDT);                                           \
-    T* k = buf[1] = tpu__pack_alloc(&n->in[1], CDT);                                           \
-    T* v = buf[2] = tpu__pack_alloc(&n->in[2], CDT);                                           \
-    T* o = buf[3] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L * d.Ev + 1));             \
-    T* lse = buf[4] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L + 1));                  \
-    if (!q || !k || !v || !o || !lse) {                                                        \
-      free_all(buf, 5);                                                                        \
-      return TPU_HOST_NOMEM();                                                                 \
-    }                                                                                          \
-    heads_##SFX X = {n, &d, &n->in[3], d.H / d.Hk, q, k, v, NULL, NULL, o, lse, NULL, NULL, NULL}; \
-    tpu_status_t st = run_heads_##SFX(fwd_heads_##SFX, &X, d.B * d.H, d.L * d.S * (d.E + d.Ev)); \
-    if (!st) {                                                                                 \
-      tpu__unpack(&n->out[0], o, CDT);                                                         \
-      tpu__unpack(&n->out[1], lse, CDT);                                                       \
-    }                                                                                          \
-    free_all(buf, 5);                                                                          \
+    heads_##SFX X = {n, &d, &n->in[3], d.H / d.Hk};                                            \
+    T* lse = X.lse = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L + 1));                   \
+    bool ok = lse && hm_open_##SFX(&n->in[0], &X.q) && hm_open_##SFX(&n->in[1], &X.k) &&       \
+              hm_open_##SFX(&n->in[2], &X.v) && hm_out_##SFX(&n->out[0], &X.out, false);       \
+    tpu_status_t st = ok ? run_heads_##SFX(fwd_heads_##SFX, &X, d.B * d.H, d.L * d.S * (d.E + d.Ev)) \
+                         : TPU_HOST_NOMEM();                                                   \
+    if (!st) tpu__unpack(&n->out[1], lse, CDT);                                                \
+    hm_close_##SFX(&n->out[0], &X.out, !st);                                                   \
+    hm_close_##SFX(NULL, &X.q, false);                                                         \
+    hm_close_##SFX(NULL, &X.k, false);                                                         \
+    hm_close_##SFX(NULL, &X.v, false);                                                         \
+    tpu__free(lse);                                                                            \
     return st;                                                                                 \
   }                                                                                            \
   /* One head's backward: dv, dk of its KV head accumulate (heads of a GQA group in order);  \
@@ -687,22 +751,23 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   static void bwd_head_##SFX(heads_##SFX* X, int64_t bh, T* p, T* dp, T* tmp, T* db,           \
                              const int64_t* bstr) {                                            \
     const sdpa_dims_t* d = X->d;                                                               \
-    int64_t b = bh / d->H, h = bh % d->H, bk = b * d->Hk + h / X->grp;                         \
+    int64_t b = bh / d->H, h = bh % d->H, hk = h / X->grp;                                     \
     T scale = (T)X->n->da[0];                                                                  \
-    const T* qp = X->q + bh * d->L * d->E;                                                     \
-    const T* kp = X->k + bk * d->S * d->E;                                                     \
-    const T* vp = X->v + bk * d->S * d->Ev;                                                    \
-    const T* gop = X->go + bh * d->L * d->Ev;                                                  \
-    const T* op = X->o + bh * d->L * d->Ev;                                                    \
-    scores_##SFX(X->n, d, X->bias, b, h, qp, kp, p, tmp);                                      \
-    sm_ctx_##SFX C = {p, X->lse + bh * d->L, d->S, dp, gop, op, NULL, d->Ev, NULL};            \
+    const T* qp = hm_at_##SFX(&X->q, b, h);                                                    \
+    const T* kp = hm_at_##SFX(&X->k, b, hk);                                                   \
+    const T* vp = hm_at_##SFX(&X->v, b, hk);                                                   \
+    const T* gop = hm_at_##SFX(&X->go, b, h);                                                  \
+    const T* op = hm_at_##SFX(&X->o, b, h);                                                    \
+    T* dvp = hm_at_##SFX(&X->dv, b, hk);                                                       \
+    T* dkp = hm_at_##SFX(&X->dk, b, hk);                                                       \
+    scores_##SFX(X, b, h, hk, p, tmp);                                                         \
+    sm_ctx_##SFX C = {p, X->lse + bh * d->L, d->S, dp, gop, op, X->go.ld, X->o.ld, d->Ev};     \
     attn_rows_##SFX(d->L, d->S, p_rows_##SFX, &C);                                             \
-    gemm_##SFX(true, false, d->S, d->Ev, d->L, 1, p, d->S, gop, d->Ev, 1, X->dv + bk * d->S * d->Ev, d->Ev); \
-    gemm_##SFX(false, true, d->L, d->S, d->Ev, 1, gop, d->Ev, vp, d->Ev, 0, dp, d->S);         \
+    gemm_##SFX(true, false, d->S, d->Ev, d->L, 1, p, d->S, gop, X->go.ld, 1, dvp, X->dv.ld);   \
+    gemm_##SFX(false, true, d->L, d->S, d->Ev, 1, gop, X->go.ld, vp, X->v.ld, 0, dp, d->S);    \
     if (db) {                                                                                  \
       for (int64_t i = 0; i < d->L; ++i) {                                                     \
-        T di = 0;                                                                              \
-        for (int64_t e = 0; e < d->Ev; ++e) di += gop[i * d->Ev + e] * op[i * d->Ev + e];      \
+        T di = dot_##SFX(gop + i * X->go.ld, op + i * X->o.ld, d->Ev);                         \
         for (int64_t j = 0; j < d->S; ++j) {                                                   \
           T ds = p[i * d->S + j] * (dp[i * d->S + j] - di);                                    \
           dp[i * d->S + j] = ds;                                                               \
@@ -712,8 +777,9 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     } else {                                                                                   \
       attn_rows_##SFX(d->L, d->S, ds_rows_##SFX, &C);                                          \
     }                                                                                          \
-    gemm_##SFX(false, false, d->L, d->E, d->S, scale, dp, d->S, kp, d->E, 0, X->dq + bh * d->L * d->E, d->E); \
-    gemm_##SFX(true, false, d->S, d->E, d->L, scale, dp, d->S, qp, d->E, 1, X->dk + bk * d->S * d->E, d->E); \
+    gemm_##SFX(false, false, d->L, d->E, d->S, scale, dp, d->S, kp, X->k.ld, 0,                \
+               hm_at_##SFX(&X->dq, b, h), X->dq.ld);                                           \
+    gemm_##SFX(true, false, d->S, d->E, d->L, scale, dp, d->S, qp, X->q.ld, 1, dkp, X->dk.ld); \
   }                                                                                            \
   /* Region over KV heads: each owns its dk/dv slice and runs its query heads in order. */   \
   static tpu_status_t bwd_kv_heads_##SFX(void* arg, int64_t kb, int64_t ke, int tid) {        \
@@ -729,7 +795,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     tpu__free(p);                                                                              \
     return NULL;                                                                               \
   }                                                                                            \
-  /* P is rebuilt from the saved logsumexp; dS = P * (dO V^T - rowsum(dO * O)). */             \
+  /* P is rebuilt from the saved logsumexp; dS = P * (dO V^T - rowsum(dO * O)). Absent      \
+   * gradients are still computed (dq, dk, dv come from one pass) into scratch.            */ \
   static tpu_status_t sdpa_bwd_##SFX(tpu_node_t* n) {                                          \
     sdpa_dims_t d = sdpa_dims(n, 1);                                                           \
     const tpu_operand_t* bias = &n->in[4];                                                     \
@@ -740,39 +807,45 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
       for (int i = 0; i < bias->ndim; ++i) bshape[off + i] = bias->sizes[i];                   \
       for (int i = 3; i >= 0; --i) { bstr[i] = bshape[i] == 1 ? 0 : bnum; bnum *= bshape[i]; } \
     }                                                                                          \
-    void* buf[11] = {0};                                                                       \
-    T* go = buf[0] = tpu__pack_alloc(&n->in[0], CDT);                                          \
-    T* q = buf[1] = tpu__pack_alloc(&n->in[1], CDT);                                           \
-    T* k = buf[2] = tpu__pack_alloc(&n->in[2], CDT);                                           \
-    T* v = buf[3] = tpu__pack_alloc(&n->in[3], CDT);                                           \
-    T* o = buf[4] = tpu__pack_alloc(&n->in[5], CDT);                                           \
-    T* lse = buf[5] = tpu__pack_alloc(&n->in[6], CDT);                                         \
-    T* dq = buf[6] = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L * d.E + 1));             \
-    T* dk = buf[7] = tpu__calloc((size_t)(d.B * d.Hk * d.S * d.E + 1), sizeof(T));             \
-    T* dv = buf[8] = tpu__calloc((size_t)(d.B * d.Hk * d.S * d.Ev + 1), sizeof(T));            \
-    T* db = gbias ? (buf[9] = tpu__calloc((size_t)bnum, sizeof(T))) : NULL;                    \
-    T* p = gbias ? (buf[10] = tpu__malloc(sizeof(T) * (size_t)(3 * d.L * d.S + 1))) : NULL;    \
-    if (!go || !q || !k || !v || !o || !lse || !dq || !dk || !dv || (gbias && (!db || !p))) {  \
-      free_all(buf, 11);                                                                       \
-      return TPU_HOST_NOMEM();                                                                 \
+    heads_##SFX X = {n, &d, bias, d.H / d.Hk};                                                 \
+    /* absent gradients get scratch of their full shape, as the inputs' shapes give */        \
+    tpu_operand_t grads[3];                                                                    \
+    const tpu_operand_t* like[3] = {&n->in[1], &n->in[2], &n->in[3]};                          \
+    for (int i = 0; i < 3; ++i) {                                                              \
+      grads[i] = n->out[i];                                                                    \
+      if (tpu__output_absent(&grads[i])) {                                                     \
+        grads[i] = *like[i];                                                                   \
+        grads[i].value = NULL;                                                                 \
+        grads[i].dtype = TPU_DTYPE_INVALID;                                                    \
+      }                                                                                        \
     }                                                                                          \
-    heads_##SFX X = {n, &d, bias, d.H / d.Hk, q, k, v, go, o, NULL, lse, dq, dk, dv};          \
-    tpu_status_t st = NULL;                                                                    \
-    if (gbias) /* the bias gradient sums over heads: one head after another */                 \
+    void* buf[2] = {0};                                                                        \
+    T* db = gbias ? (buf[0] = tpu__calloc((size_t)bnum, sizeof(T))) : NULL;                    \
+    T* p = gbias ? (buf[1] = tpu__malloc(sizeof(T) * (size_t)(3 * d.L * d.S + 1))) : NULL;     \
+    X.lse = tpu__pack_alloc(&n->in[6], CDT);                                                   \
+    bool ok = X.lse && (!gbias || (db && p)) && hm_open_##SFX(&n->in[0], &X.go) &&             \
+              hm_open_##SFX(&n->in[1], &X.q) && hm_open_##SFX(&n->in[2], &X.k) &&              \
+              hm_open_##SFX(&n->in[3], &X.v) && hm_open_##SFX(&n->in[5], &X.o) &&              \
+              hm_out_##SFX(&grads[0], &X.dq, false) && hm_out_##SFX(&grads[1], &X.dk, true) && \
+              hm_out_##SFX(&grads[2], &X.dv, true);                                            \
+    tpu_status_t st = ok ? NULL : TPU_HOST_NOMEM();                                            \
+    if (!st && gbias) /* the bias gradient sums over heads: one head after another */          \
       for (int64_t bh = 0; bh < d.B * d.H; ++bh)                                               \
         bwd_head_##SFX(&X, bh, p, p + d.L * d.S, p + 2 * d.L * d.S, db, bstr);                 \
-    else                                                                                       \
+    else if (!st)                                                                              \
       st = run_heads_##SFX(bwd_kv_heads_##SFX, &X, d.B * d.Hk,                                 \
                            (d.H / d.Hk) * d.L * d.S * (2 * d.E + 2 * d.Ev));                   \
-    if (!st) {                                                                                 \
-      if (!tpu__output_absent(&n->out[0])) tpu__unpack(&n->out[0], dq, CDT);                   \
-      if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], dk, CDT);                   \
-      if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], dv, CDT);                   \
-      if (db) tpu__unpack(&n->out[3], db, CDT);                                                \
-    }                                                                                          \
-    free_all(buf, 11);                                                                         \
+    hm_##SFX* outs[3] = {&X.dq, &X.dk, &X.dv};                                                 \
+    for (int i = 0; i < 3; ++i)                                                                \
+      hm_close_##SFX(&n->out[i], outs[i], !st && !tpu__output_absent(&n->out[i]));             \
+    if (!st && db) tpu__unpack(&n->out[3], db, CDT);                                           \
+    hm_##SFX* ins[5] = {&X.go, &X.q, &X.k, &X.v, &X.o};                                        \
+    for (int i = 0; i < 5; ++i) hm_close_##SFX(NULL, ins[i], false);                           \
+    tpu__free(X.lse);                                                                          \
+    free_all(buf, 2);                                                                          \
     return st;                                                                                 \
   }
+
 
 SDPA_DEFINE(float, f32, TPU_DTYPE_F32, tpu__vexpf, logf)
 SDPA_DEFINE(double, f64, TPU_DTYPE_F64, exp, log)
