@@ -28,16 +28,19 @@ namespace torchtpu {
 }
 
 tpu_view_t view_of(const at::Tensor& t) {
-  tpu_view_t v{};
-  TORCH_CHECK(t.dim() <= TPU_MAX_DIMS, "tpu tensors support at most ", TPU_MAX_DIMS,
-              " dimensions, got ", t.dim());
+  tpu_view_t v;
+  const int64_t nd = t.dim();
+  TORCH_CHECK(nd <= TPU_MAX_DIMS, "tpu tensors support at most ", TPU_MAX_DIMS,
+              " dimensions, got ", nd);
   v.storage = storage_of(t);
   v.dtype = static_cast<tpu_dtype_t>(t.scalar_type());
-  v.ndim = static_cast<int32_t>(t.dim());
+  v.ndim = static_cast<int32_t>(nd);
   v.offset = t.storage_offset();
-  for (int64_t i = 0; i < t.dim(); ++i) {
-    v.sizes[i] = t.size(i);
-    v.strides[i] = t.stride(i);
+  const int64_t* sz = t.sizes().data();
+  const int64_t* st = t.strides().data();
+  for (int64_t i = 0; i < TPU_MAX_DIMS; ++i) {  // unused dims read as 0
+    v.sizes[i] = i < nd ? sz[i] : 0;
+    v.strides[i] = i < nd ? st[i] : 0;
   }
   return v;
 }

@@ -63,6 +63,20 @@ c10::DeviceIndex device_of_args(c10::ArrayRef<c10::IValue> args) {
   return current_device();
 }
 
+void clear_arg(tpu_arg_t& a) {
+  a.kind = TPU_ARG_NONE;
+  a.scalar_kind = TPU_SCALAR_INT;
+  a.scalar_is_tensor = false;
+  a.scalar_dtype = TPU_DTYPE_INVALID;
+  a.v.i = 0;
+  a.tensor.storage = nullptr;
+  a.list = nullptr;
+  a.dlist = nullptr;
+  a.tensors = nullptr;
+  a.list_len = 0;
+  a.s = nullptr;
+}
+
 void scalar_arg(tpu_arg_t& a, const c10::Scalar& s, const std::string& op) {
   a.kind = TPU_ARG_SCALAR;
   if (s.isBoolean()) { a.scalar_kind = TPU_SCALAR_BOOL; a.v.i = s.toBool(); }
@@ -75,17 +89,23 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   auto args = torch::jit::last(*stack, n_args);
   c10::DeviceIndex dev = device_of_args(args);
   OpSite site;
-  std::vector<tpu_arg_t> targs(n_args);
-  std::vector<at::Tensor> keep;                 // uploaded CPU tensors stay alive
-  // Per-argument backing storage for list arguments (outlives tpu_op_prepare).
-  std::vector<std::vector<tpu_view_t>> lists(n_args);
-  std::vector<std::vector<int64_t>> ints(n_args);
-  std::vector<std::vector<double>> dbls(n_args);
+  // Small inline buffers: most ops have a handful of arguments and no lists, so the
+  // common call allocates nothing here (this is on every op's dispatch path).
+  // Each argument's header is cleared below; its 200-byte tensor view is written only
+  // for tensor arguments (the only kind that reads it).
+  c10::SmallVector<tpu_arg_t, 12> targs;
+  targs.resize_for_overwrite(n_args);
+  c10::SmallVector<at::Tensor, 2> keep;         // uploaded CPU tensors stay alive
+  // Backing storage for list arguments (outlives tpu_op_prepare); an inner vector's data
+  // stays put when the outer one grows.
+  std::vector<std::vector<tpu_view_t>> lists;
+  std::vector<std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> dbls;
   const std::string& name = op.schema().name();
   for (int i = 0; i < n_args; ++i) {
     const c10::IValue& v = args[i];
     tpu_arg_t& a = targs[i];
-    a = tpu_arg_t{};
+    clear_arg(a);
     if (v.isNone()) {
       if (is_generator[i]) { a.kind = TPU_ARG_INT; a.v.i = draw_seed(std::nullopt, dev); }
       else a.kind = TPU_ARG_NONE;
@@ -112,22 +132,23 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     } else if (v.isBool()) {
       a.kind = TPU_ARG_BOOL; a.v.b = v.toBool();
     } else if (v.isIntList()) {
-      ints[i] = v.toIntVector();
+      ints.push_back(v.toIntVector());
       a.kind = TPU_ARG_INTLIST;
-      a.list = ints[i].data();
-      a.list_len = static_cast<int64_t>(ints[i].size());
+      a.list = ints.back().data();
+      a.list_len = static_cast<int64_t>(ints.back().size());
     } else if (v.isBoolList()) {  // bool[N] (output_mask): 0/1 ints
-      for (bool b : v.toBoolList()) ints[i].push_back(b);
+      ints.emplace_back();
+      for (bool b : v.toBoolList()) ints.back().push_back(b);
       a.kind = TPU_ARG_INTLIST;
-      a.list = ints[i].data();
-      a.list_len = static_cast<int64_t>(ints[i].size());
+      a.list = ints.back().data();
+      a.list_len = static_cast<int64_t>(ints.back().size());
     } else if (v.isDoubleList()) {
-      dbls[i] = v.toDoubleVector();
+      dbls.push_back(v.toDoubleVector());
       a.kind = TPU_ARG_DOUBLELIST;
-      a.dlist = dbls[i].data();
-      a.list_len = static_cast<int64_t>(dbls[i].size());
+      a.dlist = dbls.back().data();
+      a.list_len = static_cast<int64_t>(dbls.back().size());
     } else if (v.isTensorList() || v.isList()) {
-      auto& views = lists[i];
+      auto& views = lists.emplace_back();
       for (const c10::IValue& e : v.toListRef()) {
         tpu_view_t tv{};
         if (e.isTensor() && e.toTensor().defined()) {
@@ -155,7 +176,8 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   }
 
   if (needs_seed) {
-    tpu_arg_t seed{};
+    tpu_arg_t seed;
+    clear_arg(seed);
     seed.kind = TPU_ARG_INT;
     seed.v.i = draw_seed(std::nullopt, dev);
     targs.push_back(seed);
@@ -170,7 +192,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   }
   check(st);
   int n_out = tpu_node_output_count(node);
-  std::vector<at::Tensor> outs(n_out);
+  c10::SmallVector<at::Tensor, 4> outs(n_out);
   try {
     for (int i = 0; i < n_out; ++i) {
       tpu_dtype_t dt;
