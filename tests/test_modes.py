@@ -127,6 +127,28 @@ def test_defer_fuses_row_reductions_into_groups(shape):
     assert c["kernels"] == 3 and c["internal_values"] >= 5
 
 
+def test_defer_donates_dead_inputs_outside_groups():
+    """An elementwise op that cannot join a group (its neighbours are not elementwise)
+    writes into the buffer of an input that dies with it: no new memory, same result."""
+    x = torch.randn(256, 300)
+
+    def g(t):
+        for _ in range(4):
+            t = torch.cumsum(t, 1).sin()  # cumsum is not fusable: each sin stands alone
+        return t
+
+    with torchtpu.set_eager_mode("strict"):
+        ref = g(x.to("tpu")).cpu()
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        xd = x.to("tpu")
+        torch.tpu.synchronize()
+        torchtpu.explain(clear=True)
+        got = g(xd).cpu()
+    assert torch.equal(ref, got)
+    cut = torchtpu.explain()[-1]
+    assert cut["kernels"] == 8 and cut["donated"] == 4, str(torchtpu.explain())
+
+
 def test_defer_groups_whole_chains_issued_op_major():
     """A foreach optimizer issues each op over all parameters before the next op: the
     groups must hold whole per-parameter chains (temporaries internal), not one op over

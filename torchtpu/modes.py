@@ -84,11 +84,11 @@ class Explanation(list):
     def __str__(self):
         lines = [f"{len(self)} graph cuts; plans built {self.plans_built}, plan cache hits "
                  f"{self.plan_cache_hits}",
-                 f"{'#':>4} {'ops':>5} {'kernels':>7} {'fused':>11} {'internal':>8} {'cache':>5} "
+                 f"{'#':>4} {'ops':>5} {'kernels':>7} {'fused':>11} {'internal':>8} {'donated':>7} {'cache':>5} "
                  f"{'plan us':>8} {'run us':>9}  reason @ site"]
         for i, c in enumerate(self):
-            fused = f"{c['fused_ops']}/{c['fused_groups']}g" + (f"+{c['fused_reductions']}r" if c.get("fused_reductions") else "")
-            lines.append(f"{i:>4} {c['ops']:>5} {c['kernels']:>7} {fused:>11} {c['internal_values']:>8} "
+            fused = f"{c['fused_ops']}/{c['fused_groups']}g" + (f"+{c['fused_reductions']}r" if c["fused_reductions"] else "")
+            lines.append(f"{i:>4} {c['ops']:>5} {c['kernels']:>7} {fused:>11} {c['internal_values']:>8} {c['donated']:>7} "
                          f"{'hit' if c['cache_hit'] else 'miss':>5} {c['plan_us']:>8.1f} {c['run_us']:>9.1f}  "
                          f"{c['reason']} @ {c['site'] or '?'}")
         return "\n".join(lines)
@@ -96,8 +96,9 @@ class Explanation(list):
 
 def explain(clear: bool = False) -> Explanation:
     """Every defer_and_fuse cut: why (reason and the Python line that caused it), graph
-    size, fused groups, values kept out of memory, plan cache hit or miss, and time spent
-    planning vs running (run time is filled in once the graph has run)."""
+    size, fused groups (and how many end in a row reduction), values kept out of memory,
+    outputs written into a dead input's buffer, plan cache hit or miss, and time spent
+    planning vs running (run time and donations are filled in once the graph has run)."""
     plans, hits = _C._plan_cache_stats()
     out = Explanation(_C._explain(), plans, hits)
     if clear:

@@ -71,7 +71,7 @@ PYBIND11_MODULE(_C, m) {
       py::dict d;
       d["reason"] = r.reason; d["site"] = r.site; d["device"] = r.device; d["ops"] = r.nodes;
       d["kernels"] = r.kernels; d["fused_groups"] = r.fused_groups; d["fused_ops"] = r.fused_nodes;
-      d["fused_reductions"] = r.fused_reductions;
+      d["fused_reductions"] = r.fused_reductions; d["donated"] = r.donated;
       d["internal_values"] = r.internal_values; d["cache_hit"] = r.cache_hit;
       d["key"] = r.key; d["plan_us"] = r.plan_us; d["run_us"] = r.run_us;
       out.append(d);

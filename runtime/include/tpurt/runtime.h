@@ -79,6 +79,7 @@ typedef struct tpu_cut_record_s {
   int fused_nodes;    /* ops inside those groups */
   int fused_reductions; /* groups ending with a row reduction (softmax, layer norm) */
   int internal_values;/* intermediates never written to memory */
+  int donated;        /* outputs written into a dead input's buffer (filled at run time) */
   bool cache_hit;     /* the plan came from the plan cache */
   uint64_t key;       /* structural key of the graph */
   double plan_us, run_us;

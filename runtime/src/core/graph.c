@@ -706,8 +706,43 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
 }
 
 /* ---- execution (queue thread) --------------------------------------------------------------- */
+/* Buffer donation: an elementwise node whose input dies with it (no tensor, no later op
+ * references the value) and is viewed exactly as the output writes its output into that
+ * input's buffer, as an in-place op would; the output takes no new memory. Returns 1 if
+ * it donated. */
+static bool same_layout(const tpu_operand_t* a, const tpu_operand_t* b) {
+  tpu_operand_t c = *a;
+  c.value = b->value;
+  return tpu__operand_same_view(&c, b);
+}
+
+static int donate_dead_input(tpu_node_t* n) {
+  tpu_operand_t* o = &n->out[0];
+  if (n->n_out != 1 || !n->out_bound[0] || o->value->data) return 0;
+  for (int j = 0; j < n->n_in; ++j) {
+    tpu_operand_t* in = &n->in[j];
+    tpu_value_t* v = in->value;
+    if (!v || !v->data || v == o->value || v->nbytes != o->value->nbytes || !same_layout(in, o)) continue;
+    int r = 0;
+    for (int k = 0; k < n->n_in; ++k) r += n->in[k].value == v;
+    if (atomic_load(&v->refs) != r) continue;
+    /* The buffer moves to the output value; the node's reads of v now go through it. */
+    o->value->data = v->data;
+    v->data = NULL;
+    for (int k = 0; k < n->n_in; ++k)
+      if (n->in[k].value == v) {
+        tpu__value_retain(o->value);
+        n->in[k].value = o->value;
+        tpu__value_release(v);
+      }
+    return 1;
+  }
+  return 0;
+}
+
 tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   double t0 = now_us();
+  int donated = 0;
   tpu_driver_t* drv = tpu__driver();
   tpu_status_t first = NULL;
   tpu_node_t* members[MAX_GROUP];
@@ -716,7 +751,9 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
     int len = g->glen[pos];
     tpu_status_t st = NULL;
     if (len == 1) {
-      st = tpu__node_run(device, g->nodes[g->order[pos]]);
+      tpu_node_t* n = g->nodes[g->order[pos]];
+      if (drv->vt->can_fuse && drv->vt->can_fuse(drv, n)) donated += donate_dead_input(n);
+      st = tpu__node_run(device, n);
     } else {
       for (int k = 0; k < len; ++k) {
         members[k] = g->nodes[g->order[pos + k]];
@@ -751,7 +788,10 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   }
   if (g->explain_index >= 0) {
     pthread_mutex_lock(&explain_mu);
-    if (g->explain_index < explain_n) explain_log[g->explain_index].run_us = now_us() - t0;
+    if (g->explain_index < explain_n) {
+      explain_log[g->explain_index].run_us = now_us() - t0;
+      explain_log[g->explain_index].donated = donated;
+    }
     pthread_mutex_unlock(&explain_mu);
   }
   return first;
