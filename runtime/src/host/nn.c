@@ -119,41 +119,53 @@ typedef struct ln_s {
  * the result is the same whichever instruction set runs it. */
 #define LANES 8
 
-static inline double lanes_total(const double* acc, double tail) {
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+/* LANES doubles as one GCC vector: the lane loops are written with it because the
+ * compiler does not reliably vectorize lane-array reductions on its own. Loads widen
+ * float rows to double. */
+#pragma GCC diagnostic ignored "-Wpsabi" /* vectors are passed between inlined helpers only */
+typedef double v8d __attribute__((vector_size(LANES * sizeof(double))));
+typedef float v8f __attribute__((vector_size(LANES * sizeof(float))));
+static inline v8d ld8_f32(const float* p) { v8f f; memcpy(&f, p, sizeof f); return __builtin_convertvector(f, v8d); }
+static inline v8d ld8_f64(const double* p) { v8d d; memcpy(&d, p, sizeof d); return d; }
+static inline double v8_total(v8d a, double tail) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + tail;
 }
 
-static inline double row_sum(const double* x, int64_t k) {
-  double acc[LANES] = {0}, tail = 0;
-  int64_t j = 0;
-  for (; j + LANES <= k; j += LANES)
-    for (int l = 0; l < LANES; ++l) acc[l] += x[j + l];
-  for (; j < k; ++j) tail += x[j];
-  return lanes_total(acc, tail);
-}
+/* One row: statistics into *mu, *rs, the normalized row into y, reading and writing
+ * rows of TX (float rows of a float32 tensor in place; double rows otherwise). The
+ * arithmetic is in double and the same for both, so a row gives the same result
+ * whichever way it arrives (the fused-group path relies on this). */
+#define LN_ROW(TX, SFX)                                                                          \
+  TPU_ISA_CLONES static void ln_row_##SFX(const ln_t* L, const TX* x, TX* y, double* mu, double* rs) { \
+    int64_t k = L->k;                                                                            \
+    const double *w = L->w, *bb = L->bb;                                                         \
+    v8d acc = {0};                                                                               \
+    double tail = 0;                                                                             \
+    int64_t j = 0;                                                                               \
+    for (; j + LANES <= k; j += LANES) acc += ld8_##SFX(x + j);                                  \
+    for (; j < k; ++j) tail += (double)x[j];                                                     \
+    double mean = v8_total(acc, tail) / (double)k;                                               \
+    acc = (v8d){0};                                                                              \
+    tail = 0;                                                                                    \
+    for (j = 0; j + LANES <= k; j += LANES) {                                                    \
+      v8d d = ld8_##SFX(x + j) - mean;                                                           \
+      acc += d * d;                                                                              \
+    }                                                                                            \
+    for (; j < k; ++j) tail += ((double)x[j] - mean) * ((double)x[j] - mean);                    \
+    double var = v8_total(acc, tail) / (double)k;                                                \
+    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);                                      \
+    *mu = mean;                                                                                  \
+    *rs = rstd;                                                                                  \
+    if (w && bb) for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd * w[j] + bb[j]); \
+    else if (w) for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd * w[j]);       \
+    else if (bb) for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd + bb[j]);     \
+    else for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd);                      \
+  }
+LN_ROW(double, f64)
+LN_ROW(float, f32)
 
-static inline double row_sq_dev(const double* x, int64_t k, double mean) {
-  double acc[LANES] = {0}, tail = 0;
-  int64_t j = 0;
-  for (; j + LANES <= k; j += LANES)
-    for (int l = 0; l < LANES; ++l) acc[l] += (x[j + l] - mean) * (x[j + l] - mean);
-  for (; j < k; ++j) tail += (x[j] - mean) * (x[j] - mean);
-  return lanes_total(acc, tail);
-}
-
-/* One row: statistics into mu[r], rs[r], the normalized row into y. */
-TPU_ISA_CLONES static void ln_row(const ln_t* L, const double* xr, double* y, double* mu, double* rs) {
-  int64_t k = L->k;
-  const double *w = L->w, *bb = L->bb;
-  double mean = row_sum(xr, k) / (double)k;
-  double var = row_sq_dev(xr, k, mean) / (double)k;
-  double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);
-  *mu = mean;
-  *rs = rstd;
-  for (int64_t j = 0; j < k; ++j) y[j] = (xr[j] - mean) * rstd;
-  if (w) for (int64_t j = 0; j < k; ++j) y[j] *= w[j];
-  if (bb) for (int64_t j = 0; j < k; ++j) y[j] += bb[j];
-}
+/* Both row operands dense float32 in place (no conversion buffers). */
+static bool rows_f32(const rows_t* r) { return !r->full && r->op->dtype == TPU_DTYPE_F32; }
 
 /* Each thread converts its rows through its own row buffers. */
 static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
@@ -162,8 +174,14 @@ static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
   double* yrow = tpu__malloc(sizeof(double) * cnt1(k));
   if (!xrow || !yrow) { tpu__free(xrow); tpu__free(yrow); return TPU_HOST_NOMEM(); }
+  bool f32 = rows_f32(&L->rx) && rows_f32(&L->ry);
   for (int64_t r = rb; r < re; ++r) {
-    ln_row(L, rows_get(&L->rx, r, xrow), yrow, &L->mu[r], &L->rs[r]);
+    if (f32) {
+      ln_row_f32(L, (const float*)tpu__operand_ptr(L->rx.op) + r * k, (float*)tpu__operand_ptr(L->ry.op) + r * k,
+                 &L->mu[r], &L->rs[r]);
+      continue;
+    }
+    ln_row_f64(L, rows_get(&L->rx, r, xrow), yrow, &L->mu[r], &L->rs[r]);
     rows_put(&L->ry, r, yrow);
   }
   tpu__free(xrow);
@@ -186,14 +204,10 @@ bool tpu__layer_norm_row_end_ok(const tpu_node_t* n) {
 }
 
 static void ln_row_end(const tpu_row_end_t* e, const float* x, int64_t r, double* scratch) {
-  const ln_t* L = e->state;
+  (void)scratch;
   const tpu_node_t* n = e->node;
-  int64_t k = e->k;
-  double *xr = scratch, *y = scratch + k, mu, rs;
-  for (int64_t j = 0; j < k; ++j) xr[j] = x[j];
-  ln_row(L, xr, y, &mu, &rs);
-  float* yo = (float*)tpu__operand_ptr(&n->out[0]) + r * k;
-  for (int64_t j = 0; j < k; ++j) yo[j] = (float)y[j];
+  double mu, rs;
+  ln_row_f32(e->state, x, (float*)tpu__operand_ptr(&n->out[0]) + r * e->k, &mu, &rs);
   if (!tpu__output_absent(&n->out[1])) ((float*)tpu__operand_ptr(&n->out[1]))[r] = (float)mu;
   if (!tpu__output_absent(&n->out[2])) ((float*)tpu__operand_ptr(&n->out[2]))[r] = (float)rs;
 }
@@ -251,51 +265,74 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
  * order, so the result depends on m alone, never on the thread count. */
 #define LN_GROUPS 16
 
-TPU_ISA_CLONES static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
+/* One row of the backward: dw/db partials of its group, and dx when wanted. Two passes
+ * over the row (xhat and g are recomputed in the second), in double, for TX rows as in
+ * LN_ROW. */
+#define LN_BWD_ROW(TX, SFX)                                                                      \
+  TPU_ISA_CLONES static void ln_bwd_row_##SFX(const ln_t* L, const TX* dy, const TX* x, TX* dx,  \
+                                              double* restrict dw, double* restrict db, double mean, \
+                                              double rstd) {                                     \
+    int64_t k = L->k;                                                                            \
+    const double* w = L->w;                                                                      \
+    for (int64_t j = 0; j < k; ++j) {                                                            \
+      dw[j] += (double)dy[j] * (((double)x[j] - mean) * rstd);                                   \
+      db[j] += (double)dy[j];                                                                    \
+    }                                                                                            \
+    if (!dx) return;                                                                             \
+    v8d acc_g = {0}, acc_gx = {0};                                                               \
+    double tg = 0, tgx = 0;                                                                      \
+    int64_t j = 0;                                                                               \
+    /* g = dy * w (dy without a weight) */                                                      \
+    for (; j + LANES <= k; j += LANES) {                                                         \
+      v8d g = w ? ld8_##SFX(dy + j) * ld8_f64(w + j) : ld8_##SFX(dy + j);                        \
+      acc_g += g;                                                                                \
+      acc_gx += g * ((ld8_##SFX(x + j) - mean) * rstd);                                          \
+    }                                                                                            \
+    for (; j < k; ++j) {                                                                         \
+      double g = w ? (double)dy[j] * w[j] : (double)dy[j];                                       \
+      tg += g;                                                                                   \
+      tgx += g * (((double)x[j] - mean) * rstd);                                                 \
+    }                                                                                            \
+    double sg = v8_total(acc_g, tg) / (double)k, sgx = v8_total(acc_gx, tgx) / (double)k;       \
+    if (w)                                                                                       \
+      for (j = 0; j < k; ++j)                                                                    \
+        dx[j] = (TX)(rstd * ((double)dy[j] * w[j] - sg - (((double)x[j] - mean) * rstd) * sgx)); \
+    else                                                                                         \
+      for (j = 0; j < k; ++j)                                                                    \
+        dx[j] = (TX)(rstd * ((double)dy[j] - sg - (((double)x[j] - mean) * rstd) * sgx));        \
+  }
+LN_BWD_ROW(double, f64)
+LN_BWD_ROW(float, f32)
+
+static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
   ln_t* L = arg;
   int64_t k = L->k;
-  double* dyrow = tpu__malloc(sizeof(double) * cnt1(k));
-  double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
-  double* dxrow = tpu__malloc(sizeof(double) * cnt1(k));
-  double* grow = tpu__malloc(sizeof(double) * cnt1(k));
-  if (!dyrow || !xrow || !dxrow || !grow) {
-    tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow); tpu__free(grow);
+  bool f32 = rows_f32(&L->rdy) && rows_f32(&L->rx) && (!L->want_dx || rows_f32(&L->rdx));
+  double* dyrow = f32 ? NULL : tpu__malloc(sizeof(double) * cnt1(k));
+  double* xrow = f32 ? NULL : tpu__malloc(sizeof(double) * cnt1(k));
+  double* dxrow = f32 ? NULL : tpu__malloc(sizeof(double) * cnt1(k));
+  if (!f32 && (!dyrow || !xrow || !dxrow)) {
+    tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow);
     return TPU_HOST_NOMEM();
   }
-  const double* w = L->w;
   for (int64_t g = gb; g < ge; ++g) {
     double* dw = L->dwp + g * k;
     double* db = L->dbp + g * k;
     int64_t r1 = (g + 1) * L->group < L->m ? (g + 1) * L->group : L->m;
     for (int64_t r = g * L->group; r < r1; ++r) {
-      const double* dyr = rows_get(&L->rdy, r, dyrow);
-      const double* xr = rows_get(&L->rx, r, xrow);
       double mean = L->smu[r], rstd = L->srs[r];
-      /* xhat in dxrow, g = dy * w in grow */
-      for (int64_t j = 0; j < k; ++j) dxrow[j] = (xr[j] - mean) * rstd;
-      for (int64_t j = 0; j < k; ++j) grow[j] = w ? dyr[j] * w[j] : dyr[j];
-      for (int64_t j = 0; j < k; ++j) {
-        dw[j] += dyr[j] * dxrow[j];
-        db[j] += dyr[j];
+      if (f32) {
+        ln_bwd_row_f32(L, (const float*)tpu__operand_ptr(L->rdy.op) + r * k,
+                       (const float*)tpu__operand_ptr(L->rx.op) + r * k,
+                       L->want_dx ? (float*)tpu__operand_ptr(L->rdx.op) + r * k : NULL, dw, db, mean, rstd);
+        continue;
       }
-      if (!L->want_dx) continue;
-      double acc_g[LANES] = {0}, acc_gx[LANES] = {0}, tg = 0, tgx = 0;
-      int64_t j = 0;
-      for (; j + LANES <= k; j += LANES)
-        for (int l = 0; l < LANES; ++l) {
-          acc_g[l] += grow[j + l];
-          acc_gx[l] += grow[j + l] * dxrow[j + l];
-        }
-      for (; j < k; ++j) {
-        tg += grow[j];
-        tgx += grow[j] * dxrow[j];
-      }
-      double sg = lanes_total(acc_g, tg) / (double)k, sgx = lanes_total(acc_gx, tgx) / (double)k;
-      for (j = 0; j < k; ++j) dxrow[j] = rstd * (grow[j] - sg - dxrow[j] * sgx);
-      rows_put(&L->rdx, r, dxrow);
+      ln_bwd_row_f64(L, rows_get(&L->rdy, r, dyrow), rows_get(&L->rx, r, xrow), L->want_dx ? dxrow : NULL,
+                     dw, db, mean, rstd);
+      if (L->want_dx) rows_put(&L->rdx, r, dxrow);
     }
   }
-  tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow); tpu__free(grow);
+  tpu__free(dyrow); tpu__free(xrow); tpu__free(dxrow);
   return NULL;
 }
 
