@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torchtpu
-from op_helpers import close, grads, native, tpu
+from op_helpers import close, grads, native, no_cpu_fallback, tpu
 
 A = torch.ops.aten
 DEV = "tpu"
@@ -855,3 +855,39 @@ def test_im2col_col2im_errors():
         A.im2col(tpu(x.long()), [2, 2], [1, 1], [0, 0], [1, 1])
     with pytest.raises(NotImplementedError):
         A.col2im(tpu(cols.long()), [4, 4], [2, 2], [1, 1], [0, 0], [1, 1])
+
+
+# ---- PyTorch's fused transformer inference path ("better transformer") ----------------------
+
+def _fast_path_modules():
+    torch.manual_seed(0)
+    layer = lambda **kw: torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True, **kw)
+    return {
+        "encoder": torch.nn.TransformerEncoder(layer(), 2, enable_nested_tensor=False),
+        "encoder_gelu_norm_first": torch.nn.TransformerEncoder(layer(activation="gelu", norm_first=True), 2,
+                                                               enable_nested_tensor=False),
+        "mha": torch.nn.MultiheadAttention(32, 4, batch_first=True),
+    }
+
+
+@pytest.mark.parametrize("name", ["encoder", "encoder_gelu_norm_first", "mha"])
+@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padmask"])
+def test_transformer_fast_path_runs_natively(name, masked):
+    """nn.TransformerEncoder / nn.MultiheadAttention in eval take PyTorch's fused path
+    (_transformer_encoder_layer_fwd, _native_multi_head_attention) on tpu too: it must
+    match CPU with no op on the CPU fallback, key padding mask included."""
+    m = _fast_path_modules()[name].eval()
+    x = torch.randn(2, 5, 32)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]]) if masked else None
+    with torch.no_grad():
+        if name == "mha":
+            ref = m(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+            m.to("tpu")
+            with native("_native_multi_head_attention", "_transform_bias_rescale_qkv", "_masked_softmax"):
+                got = m(*tpu(x, x, x), key_padding_mask=None if pad is None else tpu(pad), need_weights=False)[0]
+        else:
+            ref = m(x, src_key_padding_mask=pad)
+            m.to("tpu")
+            with no_cpu_fallback():
+                got = m(tpu(x), src_key_padding_mask=None if pad is None else tpu(pad))
+    close(got, ref)

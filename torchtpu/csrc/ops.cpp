@@ -12,7 +12,9 @@
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
+#include <ATen/ops/_native_multi_head_attention_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_transformer_encoder_layer_fwd_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_native.h>
@@ -444,6 +446,74 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
+// ---- the "better transformer" fast path --------------------------------------------
+// nn.MultiheadAttention and nn.TransformerEncoderLayer take PyTorch's fused inference path
+// on PrivateUse1 devices too. ATen's _native_multi_head_attention (CPU) and
+// _transformer_encoder_layer_fwd are compositions of dispatcher ops, so they are
+// registered for tpu as they are; the two CPU-only kernels they call are written here as
+// compositions of ops that run natively.
+
+// q = (qkv[..., :D] + bias) * dh^-1/2, k, v = the next two thirds + bias, each
+// [B, heads, T, dh], as three slices of one [3B, heads, T, dh] tensor (as on CPU: the
+// caller writes the attention context into q's memory).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> transform_bias_rescale_qkv(const at::Tensor& qkv,
+                                                                        const at::Tensor& qkv_bias,
+                                                                        int64_t num_head) {
+  TORCH_CHECK(qkv.dim() == 3 && !qkv.is_nested(), "_transform_bias_rescale_qkv: expected a 3-d dense qkv on tpu");
+  const int64_t B = qkv.size(0), T = qkv.size(1), D3 = qkv.size(2), D = D3 / 3;
+  TORCH_CHECK(D3 % 3 == 0 && D % num_head == 0, "_transform_bias_rescale_qkv: qkv width ", D3,
+              " is not 3 x a multiple of num_head ", num_head);
+  const int64_t dh = D / num_head;
+  auto x = (qkv + qkv_bias).view({B, T, 3, num_head, dh}).permute({2, 0, 3, 1, 4});
+  auto q_k_v = at::empty({3, B, num_head, T, dh}, qkv.options());
+  // the scale as CPU computes it: 1.0 / sqrt(dh) with sqrt in the tensor's dtype
+  double inv;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, qkv.scalar_type(), "transform_bias_rescale_qkv", [&] {
+    inv = static_cast<double>(static_cast<scalar_t>(1.0 / std::sqrt(static_cast<scalar_t>(dh))));
+  });
+  q_k_v.select(0, 0).copy_(x.select(0, 0) * inv);
+  q_k_v.select(0, 1).copy_(x.select(0, 1));
+  q_k_v.select(0, 2).copy_(x.select(0, 2));
+  auto s = q_k_v.view({3 * B, num_head, T, dh}).split(B, 0);
+  return std::make_tuple(s[0], s[1], s[2]);
+}
+
+// addmm then relu or (exact) gelu in place, as the CPU kernel does: the FFN of the
+// encoder fast path.
+at::Tensor& addmm_activation_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                                 const at::Scalar& beta, const at::Scalar& alpha, bool use_gelu,
+                                 at::Tensor& out) {
+  at::addmm_out(out, self, mat1, mat2, beta, alpha);
+  return use_gelu ? at::gelu_(out) : at::relu_(out);
+}
+
+at::Tensor addmm_activation(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                            const at::Scalar& beta, const at::Scalar& alpha, bool use_gelu) {
+  auto out = at::addmm(self, mat1, mat2, beta, alpha);
+  return use_gelu ? at::gelu_(out) : at::relu_(out);
+}
+
+// Softmax over `dim` ignoring positions where mask is true; rows with every position
+// masked give zeros. mask_type 0: an [L, L] attention mask, 1: a [B, L] key padding
+// mask (both for a [B, heads, L, L] input), otherwise broadcastable to the input.
+at::Tensor masked_softmax(const at::Tensor& input, const at::Tensor& mask, std::optional<int64_t> dim,
+                          std::optional<int64_t> mask_type) {
+  at::Tensor m = mask.to(at::kBool);
+  if (input.dim() == 4 && m.dim() == 2 && mask_type == 1) m = m.view({m.size(0), 1, 1, m.size(1)});
+  else if (input.dim() == 4 && m.dim() == 2 && mask_type == 0) m = m.view({1, 1, m.size(0), m.size(1)});
+  m = m.expand(input.sizes());
+  const int64_t d = dim.value_or(input.dim() - 1);
+  // Masked scores become the dtype's lowest finite value rather than -inf (exp of it
+  // minus the row max is 0 just the same), so debug mode's Inf check sees no Inf that
+  // the fused CPU kernel would not have produced.
+  at::Scalar lowest;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "masked_softmax", [&] {
+    lowest = std::numeric_limits<scalar_t>::lowest();
+  });
+  auto out = at::_softmax(input.masked_fill(m, lowest), d, false);
+  return out.masked_fill(m, 0);
+}
+
 }  // namespace
 
 std::vector<std::string> g_native, g_skipped;
@@ -466,6 +536,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("_native_multi_head_attention", at::native::native_multi_head_attention_cpu);
+  m.impl("_transformer_encoder_layer_fwd", at::native::transformer_encoder_layer_forward);
+  m.impl("_transform_bias_rescale_qkv", transform_bias_rescale_qkv);
+  m.impl("_masked_softmax", masked_softmax);
+  m.impl("_addmm_activation", addmm_activation);
+  m.impl("_addmm_activation.out", addmm_activation_out);
 
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {
