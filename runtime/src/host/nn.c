@@ -122,7 +122,6 @@ typedef struct ln_s {
 /* LANES doubles as one GCC vector: the lane loops are written with it because the
  * compiler does not reliably vectorize lane-array reductions on its own. Loads widen
  * float rows to double. */
-#pragma GCC diagnostic ignored "-Wpsabi" /* vectors are passed between inlined helpers only */
 typedef double v8d __attribute__((vector_size(LANES * sizeof(double))));
 typedef float v8f __attribute__((vector_size(LANES * sizeof(float))));
 static inline v8d ld8_f32(const float* p) { v8f f; memcpy(&f, p, sizeof f); return __builtin_convertvector(f, v8d); }
