@@ -441,10 +441,14 @@ static bool components(tpu_graph_t* g, int i, int limit, const uint8_t* fusable,
 }
 
 /* c reads, as its input 0 and through the same view, the output of a group member
- * (the latest one writing that value), has the group's shape there, and the driver can
- * run it on the rows the group computes. */
+ * (the latest one writing that value), has the group's shape there, reads nothing else
+ * the group writes, and the driver can run it on the rows the group computes. */
 static bool ends_group(tpu_driver_t* drv, tpu_node_t** nodes, const int* members, int m, const tpu_node_t* c) {
   if (!drv->vt->can_end_group || c->n_in < 1 || !c->in[0].value) return false;
+  /* its other inputs (weight, bias) must come from memory, not from the group */
+  for (int j = 1; j < c->n_in; ++j)
+    for (int q = 0; q < m && c->in[j].value; ++q)
+      if (nodes[members[q]]->out[0].value == c->in[j].value) return false;
   for (int q = m - 1; q >= 0; --q) {
     const tpu_node_t* p = nodes[members[q]];
     if (p->out[0].value != c->in[0].value) continue;
