@@ -66,8 +66,8 @@ class set_debug_options:
 
 
 def trace(clear: bool = False) -> list[dict]:
-    """Debug mode's per-op trace: op, shapes/dtypes, Python call site, microseconds, and
-    path ('native' or 'fallback')."""
+    """Debug mode's per-op trace: op, shapes/dtypes, Python call site, microseconds, path
+    ('native' or 'fallback'), and whether defer_and_fuse could fuse the op ('fusable')."""
     out = _C._trace()
     if clear:
         _C._trace_clear()

@@ -91,6 +91,7 @@ PYBIND11_MODULE(_C, m) {
       py::dict d;
       d["op"] = r.op; d["shapes"] = r.shapes; d["site"] = r.site; d["us"] = r.us;
       d["path"] = r.fallback ? "fallback" : "native";
+      d["fusable"] = r.fusable;
       out.append(d);
     }
     return out;

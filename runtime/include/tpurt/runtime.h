@@ -97,6 +97,7 @@ typedef struct tpu_trace_record_s {
   char site[192];
   double us;
   bool fallback;
+  bool fusable; /* the driver can run it inside a fused elementwise group */
 } tpu_trace_record_t;
 int tpu_trace_count(void);
 bool tpu_trace_get(int i, tpu_trace_record_t* out);

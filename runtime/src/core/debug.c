@@ -71,6 +71,8 @@ void tpu__debug_after_run(tpu_node_t* n, double us, tpu_status_t* st) {
   }
   snprintf(r.site, sizeof r.site, "%s", n->site ? n->site : "");
   r.us = us;
+  tpu_driver_t* drv = tpu__driver();
+  r.fusable = drv->vt->can_fuse && drv->vt->can_fuse(drv, n);
   pthread_mutex_lock(&mu);
   if (!trace) trace = tpu__calloc(TRACE_CAP, sizeof(*trace));
   if (trace && trace_n < TRACE_CAP) trace[trace_n++] = r;
