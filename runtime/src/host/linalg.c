@@ -135,6 +135,27 @@ static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t
   return b;
 }
 
+/* The AVX512-BF16 kernel's one cpuid check (libgcc's also checks that the OS saves zmm
+ * state). Sanitizer builds run it too. */
+bool tpu__gemm_bf16_supported(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) atomic_store(&cached, v = __builtin_cpu_supports("avx512bf16") ? 1 : 0);
+  return v != 0;
+}
+
+/* bf16 x bf16 products run natively (host/gemm_avx512bf16.c) where the CPU has
+ * AVX512-BF16, reading the operands in place at any strides. alpha == 0 stays on the BLAS
+ * path, which skips the product (NaN or inf in A or B does not reach C). */
+static bool gemm_native_bf16(const tpu_node_t* n, double alpha) {
+  return n->in[0].dtype == TPU_DTYPE_BF16 && n->in[1].dtype == TPU_DTYPE_BF16 &&
+         n->compute == TPU_DTYPE_F32 && (float)alpha != 0.0f && tpu__gemm_bf16_supported();
+}
+
+static const uint16_t* bf16_matrix(const tpu_operand_t* op, int64_t i) {
+  return (const uint16_t*)tpu__operand_ptr(op) + (op->sizes[0] > 1 ? i * op->strides[0] : 0);
+}
+
 static tpu_status_t gemm_kernel(tpu_node_t* n) {
   const tpu_operand_t *A = &n->in[0], *B = &n->in[1], *C = &n->in[2];
   tpu_operand_t* out = &n->out[0];
@@ -160,20 +181,27 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   tpu_status_t st = NULL;
   mat_t a = {0}, b = {0};
   if (K > 0 && bt > 0 && M > 0 && N > 0) {
-    /* bf16/f16 operands widen to f32 (the pinned OpenBLAS exports no sbgemm); the f32
-     * accumulation and single final rounding match PyTorch's CPU result. */
-    st = mat_get(A, cd, &a);
-    if (!st) st = mat_get(B, cd, &b);
+    /* Otherwise bf16/f16 operands widen to f32 (the pinned OpenBLAS exports no sbgemm).
+     * Either way the f32 accumulation and single final rounding match PyTorch's CPU
+     * result. */
+    double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
+    bool native = gemm_native_bf16(n, alpha);
+    if (!native) st = mat_get(A, cd, &a);
+    if (!st && !native) st = mat_get(B, cd, &b);
     if (!st) {
-      double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
       double scale = use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0;
-      for (int64_t i = 0; i < bt; ++i) {
+      for (int64_t i = 0; i < bt && !st; ++i) {
         char* ci = acc + (size_t)((reduce ? 0 : i) * M * N) * csz;
         /* beta scales C once; later batches of addbmm accumulate with beta 1. */
         double bb = reduce && i > 0 ? 1.0 : scale;
-        const char* pa = a.ptr + (size_t)(i * a.bstride) * csz;
-        const char* pb = b.ptr + (size_t)(i * b.bstride) * csz;
-        gemm_dense(cd, a.trans, b.trans, M, N, K, alpha, pa, a.ld, pb, b.ld, bb, ci, N);
+        if (native) {
+          st = tpu__gemm_bf16(M, N, K, (float)alpha, bf16_matrix(A, i), A->strides[1], A->strides[2],
+                              bf16_matrix(B, i), B->strides[1], B->strides[2], (float)bb, (float*)ci, N);
+        } else {
+          const char* pa = a.ptr + (size_t)(i * a.bstride) * csz;
+          const char* pb = b.ptr + (size_t)(i * b.bstride) * csz;
+          gemm_dense(cd, a.trans, b.trans, M, N, K, alpha, pa, a.ld, pb, b.ld, bb, ci, N);
+        }
         /* PyTorch's addbmm is a loop of addmm_ into the output: a bf16/f16 result is
          * rounded after every batch. */
         if (reduce && cd == TPU_DTYPE_F32) tpu__round_f32_run((float*)ci, M * N, out->dtype);
