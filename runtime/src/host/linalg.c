@@ -1,4 +1,5 @@
-/* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS,
+/* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS (bf16
+ * GEMM through host/gemm_avx512bf16.c where the CPU has AVX512-BF16),
  * convolution as im2col + GEMM, and 2-d pooling.
  *
  * Node layouts (set by aten/linalg.c):
