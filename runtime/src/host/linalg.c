@@ -171,22 +171,25 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   uint64_t total;
   if (!tpu__mul_ok((uint64_t)(bo * M), (uint64_t)N * csz, &total)) return TPU_HOST_NOMEM();
   if (total == 0) return NULL;
-  char* acc = tpu__calloc(1, (size_t)total);
-  if (!acc) return TPU_HOST_NOMEM();
   double beta = n->da[1];
   bool use_c = C->value && (tpu_dtype_is_floating(cd) ? beta != 0 : n->ia[2] != 0);
+  bool product = K > 0 && bt > 0 && M > 0 && N > 0;
+  double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
+  bool native = product && gemm_native_bf16(n, alpha);
+  /* zeroed unless C or the native kernel (which stores without reading when beta is 0)
+   * writes every element */
+  char* acc = use_c || native ? tpu__malloc((size_t)total) : tpu__calloc(1, (size_t)total);
+  if (!acc) return TPU_HOST_NOMEM();
   if (use_c) {
     tpu_operand_t cb = broadcast_to(C, out->ndim, out->sizes);
     tpu__pack(&cb, NULL, cd, acc);
   }
   tpu_status_t st = NULL;
   mat_t a = {0}, b = {0};
-  if (K > 0 && bt > 0 && M > 0 && N > 0) {
+  if (product) {
     /* Otherwise bf16/f16 operands widen to f32 (the pinned OpenBLAS exports no sbgemm).
      * Either way the f32 accumulation and single final rounding match PyTorch's CPU
      * result. */
-    double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
-    bool native = gemm_native_bf16(n, alpha);
     if (!native) st = mat_get(A, cd, &a);
     if (!st && !native) st = mat_get(B, cd, &b);
     if (!st) {
