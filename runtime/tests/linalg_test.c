@@ -390,9 +390,11 @@ static void bf16_gemm_case(bg_op_t op, int64_t bt, int64_t M, int64_t K, int64_t
 static void test_bf16_gemm(void) {
   /* (M, K, N): K = 1 and odd K (a zero-padded last pair), M and N off the 6 x 64
    * register block, N across two column panels; 203 x 515 x 261 is large enough to run on
-   * the pool and spans two K blocks of 256 pairs. */
+   * the pool and spans two K blocks of 256 pairs. M <= 4 with a unit-stride B takes the
+   * few-rows kernels (K across 32-element vectors, N across their column blocks). */
   static const int64_t shapes[][3] = {{1, 1, 1}, {7, 1, 45}, {5, 2, 64}, {13, 3, 70}, {6, 64, 64},
-                                      {67, 131, 93}, {203, 515, 261}};
+                                      {67, 131, 93}, {203, 515, 261}, {2, 64, 17}, {3, 33, 70},
+                                      {4, 1001, 77}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; ++s)
     for (int la = 0; la < 3; ++la)
       for (int lb = 0; lb < 3; ++lb)
@@ -400,12 +402,17 @@ static void test_bf16_gemm(void) {
   bf16_gemm_case(BG_ADDMM, 1, 67, 131, 93, 0, 1, 0.5, -2, true);
   bf16_gemm_case(BG_ADDMM, 1, 203, 515, 261, 1, 0, 2, 0.25, true);
   bf16_gemm_case(BG_ADDMM, 1, 9, 7, 70, 2, 2, -1, 0, true); /* beta 0: C not read */
+  bf16_gemm_case(BG_ADDMM, 1, 3, 131, 93, 0, 1, 0.5, -2, true);
+  bf16_gemm_case(BG_ADDMM, 1, 4, 131, 93, 1, 0, -2, 0.25, true);
   bf16_gemm_case(BG_BMM, 3, 13, 33, 70, 0, 1, 1, 0, true);
+  bf16_gemm_case(BG_BMM, 2, 1, 33, 70, 0, 0, 1, 0, true);
   bf16_gemm_case(BG_BADDBMM, 3, 13, 33, 70, 1, 2, 0.5, 2, true);
   bf16_gemm_case(BG_ADDBMM, 3, 13, 33, 70, 0, 0, 0.5, -1, true);
   /* values that are not exact: within f32 accumulation error and a bf16 ulp */
   bf16_gemm_case(BG_MM, 1, 203, 515, 261, 0, 1, 1, 0, false);
   bf16_gemm_case(BG_BADDBMM, 2, 67, 1001, 93, 1, 0, 0.75, 1.5, false);
+  bf16_gemm_case(BG_MM, 1, 3, 2049, 300, 0, 1, 1, 0, false);
+  bf16_gemm_case(BG_MM, 1, 3, 2049, 300, 1, 0, 1, 0, false);
 }
 
 /* ---- convolution ------------------------------------------------------------------------ */

@@ -254,6 +254,124 @@ static int64_t split_tasks(bf16_gemm_t* g, int threads) {
   return cdiv(g->M, g->mc) * g->ntasks;
 }
 
+/* ---- few rows (M <= SMALL_M): no packed B ---------------------------------------------
+ * With a handful of rows (a linear layer at decode) packing B costs more than the product,
+ * which is bound by reading B once. A's rows are copied dense (f32 for the row-major B
+ * kernel, bf16 zero-padded to whole vectors for the transposed one) and B is read in
+ * place: row-major B by f32 FMAs on widened B rows (products of bf16 are exact in f32, as
+ * in vdpbf16ps), transposed B (K contiguous) by vdpbf16ps dot products. */
+#define SMALL_M 4
+#define SMALL_JT 4 /* transposed B: output columns per step */
+
+typedef struct bf16_small_s {
+  int64_t M, N, K, kv;      /* kv: K rounded up to whole 32-element vectors */
+  const uint16_t* b;
+  int64_t sbk, sbn;
+  float alpha, beta;
+  float* c;
+  int64_t ldc;
+  const void* a;            /* [M][K] f32 (row-major B) or [M][kv] bf16 (transposed B) */
+} bf16_small_t;
+
+static inline void small_store(const bf16_small_t* s, float* c, float v) {
+  *c = s->beta != 0.0f ? s->alpha * v + s->beta * *c : s->alpha * v;
+}
+
+/* Row-major B (unit column stride): columns [j0, j0 + 64) of every row. */
+static void small_rows_block(const bf16_small_t* s, int64_t blk) {
+  int64_t j0 = blk * 64;
+  int nr = (int)(s->N - j0 < 64 ? s->N - j0 : 64);
+  const float* a = s->a;
+  __m512 acc[SMALL_M][4];
+  for (int i = 0; i < SMALL_M; ++i)
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_setzero_ps();
+  __mmask16 m[4];
+  for (int v = 0; v < 4; ++v) {
+    int cnt = nr - 16 * v;
+    m[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
+  }
+  for (int64_t k = 0; k < s->K; ++k) {
+    const uint16_t* br = s->b + k * s->sbk + j0;
+    __m512 bv[4];
+    for (int v = 0; v < 4; ++v)
+      bv[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[v], br + 16 * v)), 16));
+    for (int i = 0; i < s->M; ++i) {
+      __m512 av = _mm512_set1_ps(a[i * s->K + k]);
+      for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  float out[64];
+  for (int i = 0; i < s->M; ++i) {
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(out + 16 * v, acc[i][v]);
+    for (int j = 0; j < nr; ++j) small_store(s, s->c + i * s->ldc + j0 + j, out[j]);
+  }
+}
+
+/* Transposed B (unit K stride): output columns [16 blk, 16 blk + 16), SMALL_JT at a time. */
+static void small_cols_block(const bf16_small_t* s, int64_t blk) {
+  int64_t j0 = blk * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
+  const uint16_t* a = s->a;
+  for (int64_t j = j0; j < j1; j += SMALL_JT) {
+    int nj = (int)(j1 - j < SMALL_JT ? j1 - j : SMALL_JT);
+    __m512 acc[SMALL_M][SMALL_JT];
+    for (int i = 0; i < SMALL_M; ++i)
+      for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < s->kv; k += 32) {
+      __mmask32 m = s->K - k >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (s->K - k)) - 1);
+      __m512bh bv[SMALL_JT];
+      for (int t = 0; t < SMALL_JT; ++t)
+        bv[t] = (__m512bh)(t < nj ? _mm512_maskz_loadu_epi16(m, s->b + (j + t) * s->sbn + k) : _mm512_setzero_si512());
+      for (int i = 0; i < s->M; ++i) {
+        __m512bh av = (__m512bh)_mm512_loadu_si512(a + i * s->kv + k);
+        for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], av, bv[t]);
+      }
+    }
+    for (int i = 0; i < s->M; ++i)
+      for (int t = 0; t < nj; ++t) small_store(s, s->c + i * s->ldc + j + t, _mm512_reduce_add_ps(acc[i][t]));
+  }
+}
+
+typedef struct bf16_small_items_s {
+  const bf16_small_t* s;
+  void (*fn)(const bf16_small_t* s, int64_t item);
+  int64_t n;
+  atomic_int_fast64_t next;
+} bf16_small_items_t;
+
+static tpu_status_t small_worker(void* arg, int64_t b, int64_t e, int tid) {
+  bf16_small_items_t* w = arg;
+  for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->s, i);
+  return NULL;
+}
+
+static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+                               int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
+                               float beta, float* c, int64_t ldc) {
+  bool cols = sbk == 1; /* else sbn == 1 */
+  bf16_small_t s = {.M = M, .N = N, .K = K, .kv = (K + 31) / 32 * 32, .b = b, .sbk = sbk, .sbn = sbn,
+                    .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
+  uint64_t bytes;
+  if (!tpu__mul_ok((uint64_t)M, (uint64_t)(cols ? s.kv * 2 : K * 4), &bytes) || bytes > SIZE_MAX)
+    return TPU_HOST_NOMEM();
+  void* buf = tpu__malloc((size_t)bytes);
+  if (!buf) return TPU_HOST_NOMEM();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < (cols ? s.kv : K); ++k) {
+      uint16_t x = k < K ? a[i * sam + k * sak] : 0;
+      if (cols) ((uint16_t*)buf)[i * s.kv + k] = x;
+      else ((float*)buf)[i * K + k] = tpu__bf16_to_f32(x);
+    }
+  s.a = buf;
+  bf16_small_items_t w = {.s = &s, .fn = cols ? small_cols_block : small_rows_block,
+                          .n = cols ? (N + 15) / 16 : (N + 63) / 64};
+  atomic_init(&w.next, 0);
+  /* bound by reading B: worth a region once B is a few hundred KiB */
+  int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
+  tpu_status_t st = tpu__parallel_for(threads < w.n ? threads : w.n, 1, small_worker, &w);
+  tpu__free(buf);
+  return st;
+}
+
 tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                             float beta, float* c, int64_t ldc) {
@@ -261,6 +379,8 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
                    .sak = sak, .sbk = sbk, .sbn = sbn, .alpha = alpha, .beta = beta, .c = c,
                    .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
+  if (M <= SMALL_M && (sbk == 1 || sbn == 1))
+    return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
   uint64_t na, nbw;
   if (!tpu__mul_ok((uint64_t)(ma * MR), (uint64_t)g.kp * sizeof(uint32_t), &na) ||

@@ -21,6 +21,8 @@
  * Floating inputs compute in f32 (f32/bf16/f16) or f64, integers in wrapping int64. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "host/host.h"
 
@@ -137,11 +139,17 @@ static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t
 }
 
 /* The AVX512-BF16 kernel's one cpuid check (libgcc's also checks that the OS saves zmm
- * state). Sanitizer builds run it too. */
+ * state), read once with TORCHTPU_BF16_GEMM=widen, which keeps bf16 on the widen + sgemm
+ * path (to compare the two, or to test the fallback on a CPU that has the instructions).
+ * Sanitizer builds run the kernel too. */
 bool tpu__gemm_bf16_supported(void) {
   static atomic_int cached = -1;
   int v = atomic_load(&cached);
-  if (v < 0) atomic_store(&cached, v = __builtin_cpu_supports("avx512bf16") ? 1 : 0);
+  if (v < 0) {
+    const char* e = getenv("TORCHTPU_BF16_GEMM");
+    v = __builtin_cpu_supports("avx512bf16") && !(e && strcmp(e, "widen") == 0) ? 1 : 0;
+    atomic_store(&cached, v);
+  }
   return v != 0;
 }
 
