@@ -102,8 +102,9 @@ void tpu__blas_prepare(double flops);
  * a[i * sam + k * sak], element (k, j) of B is b[k * sbk + j * sbn] (any strides, in
  * elements). Products are exact in f32 and accumulate in f32 (vdpbf16ps: denormals flush
  * to zero); only the summation order differs from widening to f32 and calling sgemm.
- * M, N, K > 0. Splits work over the pool (serial below TPU_BLAS_SERIAL_FLOPS or inside a
- * region); calls no BLAS. Call only when tpu__gemm_bf16_supported(). */
+ * M, N, K > 0. Splits work over the pool (serial for small products or inside a
+ * region); calls no BLAS. Call only when tpu__gemm_bf16_supported(), which is false on
+ * CPUs without AVX512-BF16 and when TORCHTPU_BF16_GEMM=widen. */
 bool tpu__gemm_bf16_supported(void);
 tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
