@@ -12,7 +12,8 @@
  * the pool shares out; within a task, for each K block of KCP pairs, each NR-column B
  * micro-panel meets every MR-row A micro-panel of the task (the task's A block in L2).
  * A and B are packed whole up front, each in its own parallel region, so every panel is
- * packed once however the tasks fall.
+ * packed once however the tasks fall. With at most SMALL_M rows, B is not packed at all
+ * (gemm_small: reading B once is the whole cost there).
  *
  * Every function here is compiled for AVX-512 (the pragma below); host/linalg.c calls in
  * only after tpu__gemm_bf16_supported(), which is compiled for the baseline in linalg.c's
@@ -25,20 +26,15 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
 
-#ifndef MR
 #define MR 6
 #define NV 4             /* zmm vectors of 16 f32 per C row */
-#endif
 #define NR (16 * NV)
-/* Block sizes, measured on Zen 4 (1 MiB L2) at the bench's LLM shapes: larger K blocks
- * (fewer passes over C) beat keeping a B micro-panel in L1. */
-#ifndef KCP
+/* Block sizes, measured on Zen 4 (1 MiB L2) at the bench's LLM shapes (KCP 64..512, MC
+ * 96..384, NC 256..1024 tried): larger K blocks (fewer passes over C) beat keeping a B
+ * micro-panel in L1; MC and NC mattered little. */
 #define KCP 256          /* K pairs per block (512 K values) */
-#endif
-#ifndef MC
 #define MC 192           /* task rows at most */
 #define NC 512           /* task columns at most */
-#endif
 
 static inline uint32_t pair_at(const uint16_t* p, int64_t second) {
   return (uint32_t)p[0] | (uint32_t)p[second] << 16;
@@ -180,17 +176,23 @@ static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b,
     }
   }
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  for (int r = 0; r < mr; ++r) {
+  __mmask16 mk[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    int cnt = nr - v * 16;
+    mk[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
+  }
+  /* rows unrolled with a guard, so the accumulators stay in registers */
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) break;
     float* cr = c + r * ldc;
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
-      int cnt = nr - v * 16;
-      if (cnt <= 0) break;
-      __mmask16 m = cnt >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << cnt) - 1);
       __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, cr + v * 16));
-      else if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, cr + v * 16), vb, x);
-      _mm512_mask_storeu_ps(cr + v * 16, m, x);
+      if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + v * 16));
+      else if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v], cr + v * 16), vb, x);
+      _mm512_mask_storeu_ps(cr + v * 16, mk[v], x);
     }
   }
 }
