@@ -165,6 +165,26 @@ static const uint16_t* bf16_matrix(const tpu_operand_t* op, int64_t i) {
   return (const uint16_t*)tpu__operand_ptr(op) + (op->sizes[0] > 1 ? i * op->strides[0] : 0);
 }
 
+/* Batches of small bf16 products (attention's bmm) run whole on pool threads, each one
+ * single-threaded (tpu__gemm_bf16 inside a region does not split further). Not for addbmm,
+ * whose batches accumulate into one C in order. */
+typedef struct bf16_batches_s {
+  const tpu_node_t* n;
+  int64_t M, N, K;
+  float alpha, beta;
+  float* acc;
+} bf16_batches_t;
+
+static tpu_status_t bf16_batch_range(void* arg, int64_t b, int64_t e, int tid) {
+  const bf16_batches_t* w = arg;
+  const tpu_operand_t *A = &w->n->in[0], *B = &w->n->in[1];
+  for (int64_t i = b; i < e; ++i)
+    TPU_RETURN_IF_ERROR(tpu__gemm_bf16(w->M, w->N, w->K, w->alpha, bf16_matrix(A, i), A->strides[1],
+                                       A->strides[2], bf16_matrix(B, i), B->strides[1], B->strides[2],
+                                       w->beta, w->acc + i * w->M * w->N, w->N));
+  return NULL;
+}
+
 static tpu_status_t gemm_kernel(tpu_node_t* n) {
   const tpu_operand_t *A = &n->in[0], *B = &n->in[1], *C = &n->in[2];
   tpu_operand_t* out = &n->out[0];
@@ -202,7 +222,13 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
     if (!st && !native) st = mat_get(B, cd, &b);
     if (!st) {
       double scale = use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0;
-      for (int64_t i = 0; i < bt && !st; ++i) {
+      double flops = 2.0 * (double)M * (double)N * (double)K;
+      if (native && !reduce && bt > 1 && flops < TPU_BLAS_SERIAL_FLOPS) {
+        bf16_batches_t w = {n, M, N, K, (float)alpha, (float)scale, (float*)acc};
+        /* a chunk does at least ~4 MFLOP, which amortizes waking a thread */
+        int64_t grain = (int64_t)(4e6 / flops) + 1;
+        st = tpu__parallel_for(bt, grain, bf16_batch_range, &w);
+      } else for (int64_t i = 0; i < bt && !st; ++i) {
         char* ci = acc + (size_t)((reduce ? 0 : i) * M * N) * csz;
         /* beta scales C once; later batches of addbmm accumulate with beta 1. */
         double bb = reduce && i > 0 ? 1.0 : scale;
