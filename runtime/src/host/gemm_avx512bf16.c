@@ -149,6 +149,44 @@ static void pack_a_panel(bf16_gemm_t* g, int64_t i) {
   pack_panel(g->pa + i * g->kp * MR, MR, g->a + r0 * g->sam, g->sam, g->sak, n, g->K);
 }
 
+/* Row-major A (pairs adjacent in memory) in groups of 48 rows, 8 whole panels: blocks of
+ * 16 rows x 16 pairs are transposed in registers and each column (one pair of 16 rows)
+ * is stored into the panels its rows fall in with masked stores; rows past M read as
+ * zero. A lane l of column c goes to (panel of row l) + c * MR + (row l mod MR). */
+#define A_GROUP (8 * MR)
+
+static void pack_a_group(bf16_gemm_t* g, int64_t grp) {
+  int64_t r0 = grp * A_GROUP, kp = g->kp, full = g->K / 2;
+  int64_t rend = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
+  if (rend > r0 + A_GROUP) rend = r0 + A_GROUP;
+  const uint16_t* a = g->a;
+  for (int64_t rb = r0; rb < rend; rb += 16) {
+    int nrow = (int)(rend - rb < 16 ? rend - rb : 16);
+    for (int64_t p0 = 0; p0 < full; p0 += 16) {
+      __mmask16 m = full - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (full - p0)) - 1);
+      __m512i r[16];
+      for (int l = 0; l < 16; ++l)
+        r[l] = l < nrow && rb + l < g->M ? _mm512_maskz_loadu_epi32(m, a + (rb + l) * g->sam + 2 * p0)
+                                         : _mm512_setzero_si512();
+      transpose16(r);
+      for (int l0 = 0; l0 < nrow;) {
+        int64_t row = rb + l0, panel = row / MR;
+        int lane = (int)(row % MR), cnt = MR - lane < nrow - l0 ? MR - lane : nrow - l0;
+        __mmask16 lanes = (__mmask16)(((1u << cnt) - 1) << l0);
+        uint32_t* base = g->pa + panel * kp * MR + lane - l0; /* lane l0 lands on `lane` */
+        for (int c = 0; c < 16 && p0 + c < full; ++c)
+          _mm512_mask_storeu_epi32(base + (p0 + c) * MR, lanes, r[c]);
+        l0 += cnt;
+      }
+    }
+    if (g->K & 1)
+      for (int l = 0; l < nrow; ++l) {
+        int64_t row = rb + l;
+        g->pa[row / MR * kp * MR + full * MR + row % MR] = row < g->M ? a[row * g->sam + g->K - 1] : 0;
+      }
+  }
+}
+
 static void pack_b_panel(bf16_gemm_t* g, int64_t j) {
   int64_t c0 = j * NR;
   int n = (int)(g->N - c0 < NR ? g->N - c0 : NR);
@@ -398,7 +436,8 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS;
   int64_t tasks = split_tasks(&g, serial ? 1 : tpu__num_threads());
   int threads = serial ? 1 : tpu__num_threads();
-  tpu_status_t st = run_items(&g, pack_a_panel, ma, threads);
+  tpu_status_t st = sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
+                             : run_items(&g, pack_a_panel, ma, threads);
   if (!st) st = run_items(&g, pack_b_panel, nb, threads);
   if (!st) st = run_items(&g, run_task, tasks, threads);
   tpu__free(buf);
