@@ -12,8 +12,10 @@
  * the pool shares out; within a task, for each K block of KCP pairs, each NR-column B
  * micro-panel meets every MR-row A micro-panel of the task (the task's A block in L2).
  * A and B are packed whole up front, each in its own parallel region, so every panel is
- * packed once however the tasks fall. With at most SMALL_M rows, B is not packed at all
- * (gemm_small: reading B once is the whole cost there).
+ * packed once however the tasks fall; when one task spans all rows, each task instead
+ * packs its own B panels a K block at a time, just before use (run_task_packing_b). With
+ * at most SMALL_M rows, B is not packed at all (gemm_small: reading B once is the whole
+ * cost there).
  *
  * Every function here is compiled for AVX-512 (the pragma below); host/linalg.c calls in
  * only after tpu__gemm_bf16_supported(), which is compiled for the baseline in linalg.c's
@@ -139,11 +141,13 @@ typedef struct bf16_gemm_s {
   float* c;
   int64_t ldc;
   uint32_t *pa, *pb; /* packed panels, kp * MR (kp * NR) words each */
+  uint32_t* pbt;      /* one-block mode: per thread, a K block of the task's B panels */
   int64_t mc, nc;     /* task size: multiples of MR and NR */
   int64_t ntasks;     /* tasks per row of tasks */
 } bf16_gemm_t;
 
-static void pack_a_panel(bf16_gemm_t* g, int64_t i) {
+static void pack_a_panel(void* ctx, int64_t i, int tid) {
+  bf16_gemm_t* g = ctx;
   int64_t r0 = i * MR;
   int n = (int)(g->M - r0 < MR ? g->M - r0 : MR);
   pack_panel(g->pa + i * g->kp * MR, MR, g->a + r0 * g->sam, g->sam, g->sak, n, g->K);
@@ -155,7 +159,8 @@ static void pack_a_panel(bf16_gemm_t* g, int64_t i) {
  * zero. A lane l of column c goes to (panel of row l) + c * MR + (row l mod MR). */
 #define A_GROUP (8 * MR)
 
-static void pack_a_group(bf16_gemm_t* g, int64_t grp) {
+static void pack_a_group(void* ctx, int64_t grp, int tid) {
+  bf16_gemm_t* g = ctx;
   int64_t r0 = grp * A_GROUP, kp = g->kp, full = g->K / 2;
   int64_t rend = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
   if (rend > r0 + A_GROUP) rend = r0 + A_GROUP;
@@ -187,7 +192,8 @@ static void pack_a_group(bf16_gemm_t* g, int64_t grp) {
   }
 }
 
-static void pack_b_panel(bf16_gemm_t* g, int64_t j) {
+static void pack_b_panel(void* ctx, int64_t j, int tid) {
+  bf16_gemm_t* g = ctx;
   int64_t c0 = j * NR;
   int n = (int)(g->N - c0 < NR ? g->N - c0 : NR);
   pack_panel(g->pb + j * g->kp * NR, NR, g->b + c0 * g->sbn, g->sbn, g->sbk, n, g->K);
@@ -236,7 +242,8 @@ static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b,
 }
 
 /* Task t: an mc x nc block of C, row-major over the grid of tasks. */
-static void run_task(bf16_gemm_t* g, int64_t t) {
+static void run_task(void* ctx, int64_t t, int tid) {
+  bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
   int64_t m1 = m0 + g->mc < g->M ? m0 + g->mc : g->M, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
   for (int64_t p0 = 0; p0 < g->kp; p0 += KCP) {
@@ -253,26 +260,52 @@ static void run_task(bf16_gemm_t* g, int64_t t) {
   }
 }
 
+/* One-block mode (all rows in one task, so each B panel meets A exactly once): the task
+ * packs each K block of its own B panels into its thread's buffer right before using it,
+ * while they are in L2, instead of all of B going out to memory and back. */
+static void run_task_packing_b(void* ctx, int64_t t, int tid) {
+  bf16_gemm_t* g = ctx;
+  int64_t n0 = t * g->nc, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
+  uint32_t* pbt = g->pbt + (int64_t)tid * KCP * g->nc;
+  for (int64_t p0 = 0; p0 < g->kp; p0 += KCP) {
+    int64_t np = g->kp - p0 < KCP ? g->kp - p0 : KCP;
+    int64_t kb = g->K - 2 * p0 < 2 * KCP ? g->K - 2 * p0 : 2 * KCP; /* K values in the block */
+    for (int64_t j = n0; j < n1; j += NR)
+      pack_panel(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
+                 (int)(n1 - j < NR ? n1 - j : NR), kb);
+    for (int64_t j = n0; j < n1; j += NR) {
+      const uint32_t* pb = pbt + (j - n0) / NR * np * NR;
+      int nr = (int)(n1 - j < NR ? n1 - j : NR);
+      for (int64_t i = 0; i < g->M; i += MR) {
+        const uint32_t* pa = g->pa + (i / MR) * g->kp * MR + p0 * MR;
+        int mr = (int)(g->M - i < MR ? g->M - i : MR);
+        microkernel(np, pa, pb, g->c + i * g->ldc + j, g->ldc, mr, nr, g->alpha, g->beta, p0 == 0);
+      }
+    }
+  }
+}
+
 /* Work items (panels to pack, tasks) go to whichever pool thread asks next rather than in
  * static chunks: on cores shared with other processes a thread that is descheduled for a
  * while then does less, instead of the whole product waiting on its fixed share. Each item
  * is computed whole by one thread in a fixed order, so results do not depend on who. */
-typedef struct bf16_items_s {
-  bf16_gemm_t* g;
-  void (*fn)(bf16_gemm_t* g, int64_t item);
+typedef void (*item_fn)(void* ctx, int64_t item, int tid);
+
+typedef struct items_s {
+  void* ctx;
+  item_fn fn;
   int64_t n;
   atomic_int_fast64_t next;
-} bf16_items_t;
+} items_t;
 
 static tpu_status_t items_worker(void* arg, int64_t b, int64_t e, int tid) {
-  bf16_items_t* w = arg;
-  for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->g, i);
+  items_t* w = arg;
+  for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->ctx, i, tid);
   return NULL;
 }
 
-static tpu_status_t run_items(bf16_gemm_t* g, void (*fn)(bf16_gemm_t*, int64_t), int64_t n,
-                              int threads) {
-  bf16_items_t w = {.g = g, .fn = fn, .n = n};
+static tpu_status_t run_items(void* ctx, item_fn fn, int64_t n, int threads) {
+  items_t w = {.ctx = ctx, .fn = fn, .n = n};
   atomic_init(&w.next, 0);
   return tpu__parallel_for(threads < n ? threads : n, 1, items_worker, &w);
 }
@@ -318,7 +351,8 @@ static inline void small_store(const bf16_small_t* s, float* c, float v) {
 }
 
 /* Row-major B (unit column stride): columns [j0, j0 + 64) of every row. */
-static void small_rows_block(const bf16_small_t* s, int64_t blk) {
+static void small_rows_block(void* ctx, int64_t blk, int tid) {
+  const bf16_small_t* s = ctx;
   int64_t j0 = blk * 64;
   int nr = (int)(s->N - j0 < 64 ? s->N - j0 : 64);
   const float* a = s->a;
@@ -348,7 +382,8 @@ static void small_rows_block(const bf16_small_t* s, int64_t blk) {
 }
 
 /* Transposed B (unit K stride): output columns [16 blk, 16 blk + 16), SMALL_JT at a time. */
-static void small_cols_block(const bf16_small_t* s, int64_t blk) {
+static void small_cols_block(void* ctx, int64_t blk, int tid) {
+  const bf16_small_t* s = ctx;
   int64_t j0 = blk * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
   const uint16_t* a = s->a;
   for (int64_t j = j0; j < j1; j += SMALL_JT) {
@@ -371,19 +406,6 @@ static void small_cols_block(const bf16_small_t* s, int64_t blk) {
   }
 }
 
-typedef struct bf16_small_items_s {
-  const bf16_small_t* s;
-  void (*fn)(const bf16_small_t* s, int64_t item);
-  int64_t n;
-  atomic_int_fast64_t next;
-} bf16_small_items_t;
-
-static tpu_status_t small_worker(void* arg, int64_t b, int64_t e, int tid) {
-  bf16_small_items_t* w = arg;
-  for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->s, i);
-  return NULL;
-}
-
 static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                                int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                                float beta, float* c, int64_t ldc) {
@@ -402,12 +424,10 @@ static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, con
       else ((float*)buf)[i * K + k] = tpu__bf16_to_f32(x);
     }
   s.a = buf;
-  bf16_small_items_t w = {.s = &s, .fn = cols ? small_cols_block : small_rows_block,
-                          .n = cols ? (N + 15) / 16 : (N + 63) / 64};
-  atomic_init(&w.next, 0);
   /* bound by reading B: worth a region once B is a few hundred KiB */
   int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
-  tpu_status_t st = tpu__parallel_for(threads < w.n ? threads : w.n, 1, small_worker, &w);
+  tpu_status_t st = cols ? run_items(&s, small_cols_block, (N + 15) / 16, threads)
+                         : run_items(&s, small_rows_block, (N + 63) / 64, threads);
   tpu__free(buf);
   return st;
 }
@@ -422,24 +442,29 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
   if (M <= SMALL_M && (sbk == 1 || sbn == 1))
     return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
+  /* below the BLAS threshold a region's wake-up costs more than it saves */
+  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS;
+  int threads = serial ? 1 : tpu__num_threads();
+  int64_t tasks = split_tasks(&g, threads);
+  bool one_block = g.mc >= M; /* every task spans all rows: B packed per task */
+  int64_t bufs = threads < tasks ? threads : tasks;
   uint64_t na, nbw;
   if (!tpu__mul_ok((uint64_t)(ma * MR), (uint64_t)g.kp * sizeof(uint32_t), &na) ||
-      !tpu__mul_ok((uint64_t)(nb * NR), (uint64_t)g.kp * sizeof(uint32_t), &nbw) || na + nbw > SIZE_MAX)
+      !tpu__mul_ok(one_block ? (uint64_t)(bufs * KCP) : (uint64_t)(nb * NR),
+                   (one_block ? (uint64_t)g.nc : (uint64_t)g.kp) * sizeof(uint32_t), &nbw) ||
+      na + nbw > SIZE_MAX - 64)
     return TPU_HOST_NOMEM();
   /* one buffer: both packed operands, 64-byte aligned (panel sizes are multiples of 64) */
   char* buf = tpu__malloc((size_t)(na + nbw) + 64);
   if (!buf) return TPU_HOST_NOMEM();
   char* base = (char*)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
   g.pa = (uint32_t*)base;
-  g.pb = (uint32_t*)(base + na);
-  /* below the BLAS threshold a region's wake-up costs more than it saves */
-  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS;
-  int64_t tasks = split_tasks(&g, serial ? 1 : tpu__num_threads());
-  int threads = serial ? 1 : tpu__num_threads();
+  if (one_block) g.pbt = (uint32_t*)(base + na);
+  else g.pb = (uint32_t*)(base + na);
   tpu_status_t st = sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
                              : run_items(&g, pack_a_panel, ma, threads);
-  if (!st) st = run_items(&g, pack_b_panel, nb, threads);
-  if (!st) st = run_items(&g, run_task, tasks, threads);
+  if (!st && !one_block) st = run_items(&g, pack_b_panel, nb, threads);
+  if (!st) st = run_items(&g, one_block ? run_task_packing_b : run_task, tasks, threads);
   tpu__free(buf);
   return st;
 }
