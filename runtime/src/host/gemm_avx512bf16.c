@@ -75,7 +75,8 @@ static inline void transpose16(__m512i r[16]) {
 static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl, int64_t sk,
                        int n, int64_t K) {
   int64_t kp = (K + 1) / 2, full = K / 2;
-  if (n < lanes || sk != 1) memset(dst, 0, (size_t)(kp * lanes) * sizeof(uint32_t));
+  /* every path below writes all lanes of every pair when n == lanes */
+  if (n < lanes) memset(dst, 0, (size_t)(kp * lanes) * sizeof(uint32_t));
   if (sk == 1 && lanes % 16 == 0) {
     /* pairs adjacent in memory (transposed B: a linear layer's weight): 32-bit words
      * transposed 16 x 16 in registers */
@@ -94,22 +95,8 @@ static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t s
       for (int l = 0; l < n; ++l) dst[full * lanes + l] = base[l * sl + K - 1];
     return;
   }
-  if (sk == 1) {
-    /* pairs adjacent in memory (row-major A): a 32-bit transpose */
-    for (int l = 0; l < n; ++l) {
-      const uint16_t* src = base + l * sl;
-      uint32_t* d = dst + l;
-      for (int64_t p = 0; p < full; ++p) {
-        uint32_t w;
-        memcpy(&w, src + 2 * p, sizeof w);
-        d[p * lanes] = w;
-      }
-      if (K & 1) d[full * lanes] = src[K - 1];
-    }
-    return;
-  }
   if (sl == 1 && lanes % 16 == 0) {
-    /* lines adjacent in memory (row-major B, transposed A): interleave two K rows */
+    /* lines adjacent in memory (row-major B): interleave two K rows */
     const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                          23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t p = 0; p < kp; ++p) {
@@ -126,6 +113,7 @@ static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t s
     }
     return;
   }
+  /* any other layout (A panels other than row-major A, which pack_a_group takes) */
   for (int64_t p = 0; p < kp; ++p)
     for (int l = 0; l < n; ++l) {
       const uint16_t* src = base + l * sl + 2 * p * sk;
