@@ -17,16 +17,16 @@
  * at most SMALL_M rows, B is not packed at all (gemm_small: reading B once is the whole
  * cost there).
  *
- * Every function here is compiled for AVX-512 (the pragma below); host/linalg.c calls in
- * only after tpu__gemm_bf16_supported(), which is compiled for the baseline in linalg.c's
- * dispatch. */
+ * Every function here is compiled for AVX-512 and AVX512-BF16 (BF16_TARGET); host/linalg.c
+ * calls in only after tpu__gemm_bf16_supported(), its cpuid check. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "host/host.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+/* On every function of this file (not a file-wide flag: the library's other code and the
+ * cpuid check keep the baseline ISA). */
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 #define MR 6
 #define NV 4             /* zmm vectors of 16 f32 per C row */
@@ -38,12 +38,12 @@
 #define MC 192           /* task rows at most */
 #define NC 512           /* task columns at most */
 
-static inline uint32_t pair_at(const uint16_t* p, int64_t second) {
+BF16_TARGET static inline uint32_t pair_at(const uint16_t* p, int64_t second) {
   return (uint32_t)p[0] | (uint32_t)p[second] << 16;
 }
 
 /* In-register transpose of 16 rows of 16 32-bit words: afterwards r[c] holds column c. */
-static inline void transpose16(__m512i r[16]) {
+BF16_TARGET static inline void transpose16(__m512i r[16]) {
   __m512i t[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
@@ -72,8 +72,8 @@ static inline void transpose16(__m512i r[16]) {
 
 /* One packed panel of `lanes` words per pair from `n` (<= lanes) lines of an operand:
  * word (p, l) = (X[l][2p], X[l][2p+1]) where X[l][k] = base[l * sl + k * sk]. */
-static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl, int64_t sk,
-                       int n, int64_t K) {
+BF16_TARGET static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl,
+                                   int64_t sk, int n, int64_t K) {
   int64_t kp = (K + 1) / 2, full = K / 2;
   /* every path below writes all lanes of every pair when n == lanes */
   if (n < lanes) memset(dst, 0, (size_t)(kp * lanes) * sizeof(uint32_t));
@@ -134,7 +134,7 @@ typedef struct bf16_gemm_s {
   int64_t ntasks;     /* tasks per row of tasks */
 } bf16_gemm_t;
 
-static void pack_a_panel(void* ctx, int64_t i, int tid) {
+BF16_TARGET static void pack_a_panel(void* ctx, int64_t i, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t r0 = i * MR;
   int n = (int)(g->M - r0 < MR ? g->M - r0 : MR);
@@ -147,7 +147,7 @@ static void pack_a_panel(void* ctx, int64_t i, int tid) {
  * zero. A lane l of column c goes to (panel of row l) + c * MR + (row l mod MR). */
 #define A_GROUP (8 * MR)
 
-static void pack_a_group(void* ctx, int64_t grp, int tid) {
+BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t r0 = grp * A_GROUP, kp = g->kp, full = g->K / 2;
   int64_t rend = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
@@ -180,7 +180,7 @@ static void pack_a_group(void* ctx, int64_t grp, int tid) {
   }
 }
 
-static void pack_b_panel(void* ctx, int64_t j, int tid) {
+BF16_TARGET static void pack_b_panel(void* ctx, int64_t j, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t c0 = j * NR;
   int n = (int)(g->N - c0 < NR ? g->N - c0 : NR);
@@ -189,7 +189,7 @@ static void pack_b_panel(void* ctx, int64_t j, int tid) {
 
 /* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
  * when beta is 0), C += alpha * acc on later ones. */
-static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b, float* c,
+BF16_TARGET static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b, float* c,
                                int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 8
@@ -230,7 +230,7 @@ static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b,
 }
 
 /* Task t: an mc x nc block of C, row-major over the grid of tasks. */
-static void run_task(void* ctx, int64_t t, int tid) {
+BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
   int64_t m1 = m0 + g->mc < g->M ? m0 + g->mc : g->M, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
@@ -251,7 +251,7 @@ static void run_task(void* ctx, int64_t t, int tid) {
 /* One-block mode (all rows in one task, so each B panel meets A exactly once): the task
  * packs each K block of its own B panels into its thread's buffer right before using it,
  * while they are in L2, instead of all of B going out to memory and back. */
-static void run_task_packing_b(void* ctx, int64_t t, int tid) {
+BF16_TARGET static void run_task_packing_b(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t n0 = t * g->nc, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
   uint32_t* pbt = g->pbt + (int64_t)tid * KCP * g->nc;
@@ -286,23 +286,23 @@ typedef struct items_s {
   atomic_int_fast64_t next;
 } items_t;
 
-static tpu_status_t items_worker(void* arg, int64_t b, int64_t e, int tid) {
+BF16_TARGET static tpu_status_t items_worker(void* arg, int64_t b, int64_t e, int tid) {
   items_t* w = arg;
   for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->ctx, i, tid);
   return NULL;
 }
 
-static tpu_status_t run_items(void* ctx, item_fn fn, int64_t n, int threads) {
+BF16_TARGET static tpu_status_t run_items(void* ctx, item_fn fn, int64_t n, int threads) {
   items_t w = {.ctx = ctx, .fn = fn, .n = n};
   atomic_init(&w.next, 0);
   return tpu__parallel_for(threads < n ? threads : n, 1, items_worker, &w);
 }
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+BF16_TARGET static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Cuts C into tasks of at most MC x NC, of even sizes, and at least 4 per thread where
  * the matrix allows, so the threads finish close together. Returns the task count. */
-static int64_t split_tasks(bf16_gemm_t* g, int threads) {
+BF16_TARGET static int64_t split_tasks(bf16_gemm_t* g, int threads) {
   int64_t mb = cdiv(g->M, MC), nb = cdiv(g->N, NC);
   while (threads > 1 && mb * nb < 4 * threads) {
     if (cdiv(g->N, nb) >= 2 * NR && (g->N >= g->M || cdiv(g->M, mb) < 2 * MR)) nb *= 2;
@@ -334,12 +334,12 @@ typedef struct bf16_small_s {
   const void* a;            /* [M][K] f32 (row-major B) or [M][kv] bf16 (transposed B) */
 } bf16_small_t;
 
-static inline void small_store(const bf16_small_t* s, float* c, float v) {
+BF16_TARGET static inline void small_store(const bf16_small_t* s, float* c, float v) {
   *c = s->beta != 0.0f ? s->alpha * v + s->beta * *c : s->alpha * v;
 }
 
 /* Row-major B (unit column stride): columns [j0, j0 + 64) of every row. */
-static void small_rows_block(void* ctx, int64_t blk, int tid) {
+BF16_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
   const bf16_small_t* s = ctx;
   int64_t j0 = blk * 64;
   int nr = (int)(s->N - j0 < 64 ? s->N - j0 : 64);
@@ -355,8 +355,10 @@ static void small_rows_block(void* ctx, int64_t blk, int tid) {
   for (int64_t k = 0; k < s->K; ++k) {
     const uint16_t* br = s->b + k * s->sbk + j0;
     __m512 bv[4];
-    for (int v = 0; v < 4; ++v)
-      bv[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[v], br + 16 * v)), 16));
+    for (int v = 0; v < 4; ++v) { /* bf16 -> f32: the 16 bits become the high half */
+      __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[v], br + 16 * v));
+      bv[v] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
     for (int i = 0; i < s->M; ++i) {
       __m512 av = _mm512_set1_ps(a[i * s->K + k]);
       for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
@@ -370,7 +372,7 @@ static void small_rows_block(void* ctx, int64_t blk, int tid) {
 }
 
 /* Transposed B (unit K stride): output columns [16 blk, 16 blk + 16), SMALL_JT at a time. */
-static void small_cols_block(void* ctx, int64_t blk, int tid) {
+BF16_TARGET static void small_cols_block(void* ctx, int64_t blk, int tid) {
   const bf16_small_t* s = ctx;
   int64_t j0 = blk * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
   const uint16_t* a = s->a;
@@ -383,18 +385,20 @@ static void small_cols_block(void* ctx, int64_t blk, int tid) {
       __mmask32 m = s->K - k >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (s->K - k)) - 1);
       __m512bh bv[SMALL_JT];
       for (int t = 0; t < SMALL_JT; ++t)
-        bv[t] = (__m512bh)(t < nj ? _mm512_maskz_loadu_epi16(m, s->b + (j + t) * s->sbn + k) : _mm512_setzero_si512());
+        bv[t] = (__m512bh)(t < nj ? _mm512_maskz_loadu_epi16(m, s->b + (j + t) * s->sbn + k)
+                                  : _mm512_setzero_si512());
       for (int i = 0; i < s->M; ++i) {
         __m512bh av = (__m512bh)_mm512_loadu_si512(a + i * s->kv + k);
         for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], av, bv[t]);
       }
     }
     for (int i = 0; i < s->M; ++i)
-      for (int t = 0; t < nj; ++t) small_store(s, s->c + i * s->ldc + j + t, _mm512_reduce_add_ps(acc[i][t]));
+      for (int t = 0; t < nj; ++t)
+        small_store(s, s->c + i * s->ldc + j + t, _mm512_reduce_add_ps(acc[i][t]));
   }
 }
 
-static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+BF16_TARGET static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                                int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                                float beta, float* c, int64_t ldc) {
   bool cols = sbk == 1; /* else sbn == 1 */
@@ -420,7 +424,7 @@ static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, con
   return st;
 }
 
-tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                             float beta, float* c, int64_t ldc) {
   bf16_gemm_t g = {.M = M, .N = N, .K = K, .kp = (K + 1) / 2, .a = a, .b = b, .sam = sam,
@@ -459,4 +463,3 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
   return st;
 }
 
-#pragma GCC pop_options
