@@ -215,9 +215,9 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   tpu_status_t st = NULL;
   mat_t a = {0}, b = {0};
   if (product) {
-    /* Otherwise bf16/f16 operands widen to f32 (the pinned OpenBLAS exports no sbgemm).
-     * Either way the f32 accumulation and single final rounding match PyTorch's CPU
-     * result. */
+    /* Off the native bf16 kernel, bf16/f16 operands widen to f32 (the pinned OpenBLAS
+     * exports no sbgemm). Either way the f32 accumulation and single final rounding match
+     * PyTorch's CPU result. */
     if (!native) st = mat_get(A, cd, &a);
     if (!st && !native) st = mat_get(B, cd, &b);
     if (!st) {
