@@ -1,5 +1,6 @@
 """Machine description and limits: lscpu model, cores, RAM; peak f32 FLOP/s (FMA loop, 1
-core and all cores) and memory bandwidth (copy, triad) from bench/peak.c, built here with
+core and all cores), peak bf16 FLOP/s (vdpbf16ps loop, where the CPU has AVX512-BF16) and
+memory bandwidth (copy, triad) from bench/peak.c, built here with
 the system cc. The FMA loop is built twice (-march=native and -mavx2 -mfma) and the faster
 build is the peak (on some CPUs 512-bit FMAs run at half rate)."""
 import json
@@ -52,6 +53,8 @@ def main():
     res["peak_flags"] = " ".join(best[0])
     for key in ("copy_1", "copy_all", "triad_1", "triad_all"):
         res[key] = max(r[key] for _, r in runs)
+    for key in ("bf16_flops_1", "bf16_flops_all"):  # 0 where no build has AVX512-BF16
+        res[key] = max(r.get(key, 0.0) for _, r in runs)
     res.update(model=lscpu_model(), ram_gib=ram_gib(), cores=os.cpu_count())
     emit({"machine": res})
 

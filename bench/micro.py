@@ -80,7 +80,7 @@ def main():
     if a.scaling:
         progress(f"thread scaling subset with {n} thread(s)")
         out = {"threads": n,
-               "gemm": gemm_rows(devices, [torch.float32], [GEMMS[1]]),
+               "gemm": gemm_rows(devices, [torch.float32, torch.bfloat16], [GEMMS[1]]),
                "bw": bw_rows(devices, ["add", "softmax (rows of 4096)", "sum (all)", "layer_norm (rows of 1024)"])}
         emit({"scaling": out})
         return

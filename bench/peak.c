@@ -1,5 +1,6 @@
 /* Machine limits for docs/benchmarks.md: peak f32 FLOP/s from an FMA loop (1 thread and
- * all threads) and memory bandwidth (STREAM-style copy and triad). Built and run by
+ * all threads), peak bf16 FLOP/s from a vdpbf16ps loop where the build has AVX512-BF16
+ * (0 otherwise), and memory bandwidth (STREAM-style copy and triad). Built and run by
  * bench/machine.py with the system cc: cc -O3 -march=native -pthread bench/peak.c.
  * Prints one JSON object. The FMA loop is timed in thread CPU time (see cpu_now). */
 #define _GNU_SOURCE
@@ -67,17 +68,51 @@ static void* fma_thread(void* arg) {
   return NULL;
 }
 
-/* Best of 3 runs; all threads run at once and the slowest one sets the rate. */
-static double peak_flops(int threads) {
+#if defined(__AVX512BF16__)
+/* bf16 peak: vdpbf16ps multiplies 16 pairs of bf16 and adds both products to 16 f32
+ * lanes (64 FLOP per instruction), on independent chains like the FMA loop. */
+static const long BF16_ITERS = 200000000L / (32 * ACC) * 8;
+
+static void* bf16_thread(void* arg) {
+  fma_res_t* r = arg;
+  __m512 acc[ACC];
+  for (int i = 0; i < ACC; ++i) acc[i] = _mm512_set1_ps(1.0f + (float)i * 1e-3f);
+  __m512bh m = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
+  __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.5f));
+  double t0 = cpu_now();
+  for (long it = 0; it < BF16_ITERS; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < ACC; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], m, x);
+  }
+  r->secs = cpu_now() - t0;
+  float s = 0;
+  for (int i = 0; i < ACC; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  r->sink = s;
+  return NULL;
+}
+#endif
+
+/* Best of 3 runs; all threads run at once and the slowest one sets the rate. bf16: the
+ * vdpbf16ps loop instead of the FMA loop. */
+static double peak_flops(int threads, int bf16) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     pthread_t th[256];
     fma_res_t res[256];
-    for (int t = 0; t < threads; ++t) pthread_create(&th[t], NULL, fma_thread, &res[t]);
+#if defined(__AVX512BF16__)
+    void* (*fn)(void*) = bf16 ? bf16_thread : fma_thread;
+    double flop_per_iter = bf16 ? ACC * 64.0 : ACC * VW * 2.0;
+    long iters = bf16 ? BF16_ITERS : ITERS;
+#else
+    void* (*fn)(void*) = fma_thread;
+    double flop_per_iter = ACC * VW * 2.0;
+    long iters = ITERS;
+#endif
+    for (int t = 0; t < threads; ++t) pthread_create(&th[t], NULL, fn, &res[t]);
     for (int t = 0; t < threads; ++t) pthread_join(th[t], NULL);
     double worst = 0;
     for (int t = 0; t < threads; ++t) worst = res[t].secs > worst ? res[t].secs : worst;
-    double f = (double)threads * (double)ITERS * ACC * VW * 2.0 / worst;
+    double f = (double)threads * (double)iters * flop_per_iter / worst;
     best = f > best ? f : best;
   }
   return best;
@@ -117,13 +152,19 @@ int main(void) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (cores < 1) cores = 1;
   if (cores > 256) cores = 256;
-  double f1 = peak_flops(1), fn = peak_flops((int)cores);
+  double f1 = peak_flops(1, 0), fn = peak_flops((int)cores, 0);
+#if defined(__AVX512BF16__)
+  double b1 = peak_flops(1, 1), bn = peak_flops((int)cores, 1);
+#else
+  double b1 = 0, bn = 0; /* no vdpbf16ps in this build: reported as absent */
+#endif
   long n = 32L << 20; /* 128 MiB per array: far beyond the caches */
   float *a = aligned_alloc(64, (size_t)n * 4), *b = aligned_alloc(64, (size_t)n * 4), *c = aligned_alloc(64, (size_t)n * 4);
   for (long i = 0; i < n; ++i) { a[i] = 1.0f; b[i] = 2.0f; c[i] = 0.5f; }
   double copy1 = bandwidth(1, 0, a, b, c, n), copyn = bandwidth((int)cores, 0, a, b, c, n);
   double triad1 = bandwidth(1, 1, a, b, c, n), triadn = bandwidth((int)cores, 1, a, b, c, n);
   printf("{\"cores\": %ld, \"vector_width\": %d, \"fma\": %s, \"flops_1\": %.6g, \"flops_all\": %.6g, "
+         "\"bf16_flops_1\": %.6g, \"bf16_flops_all\": %.6g, "
          "\"copy_1\": %.6g, \"copy_all\": %.6g, \"triad_1\": %.6g, \"triad_all\": %.6g}\n",
          cores, VW,
 #if defined(__FMA__)
@@ -131,7 +172,7 @@ int main(void) {
 #else
          "false",
 #endif
-         f1, fn, copy1, copyn, triad1, triadn);
+         f1, fn, b1, bn, copy1, copyn, triad1, triadn);
   free(a); free(b); free(c);
   return 0;
 }

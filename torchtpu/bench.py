@@ -73,6 +73,10 @@ def write_report(path, cmd, r, started, elapsed, loads):
     L.append(f"| peak f32, 1 core (FMA loop, `cc -O3 {m['peak_flags']}`, {m['vector_width']}-wide) | "
              f"{g(m['flops_1'])} GFLOP/s |")
     L.append(f"| peak f32, all cores | {g(peak)} GFLOP/s |")
+    bf16_peak = m.get("bf16_flops_all", 0.0)
+    if bf16_peak:
+        L.append(f"| peak bf16, 1 core / all (vdpbf16ps loop, `cc -O3 -march=native`) | "
+                 f"{g(m['bf16_flops_1'])} / {g(bf16_peak)} GFLOP/s |")
     L.append(f"| memory bandwidth copy, 1 core / all | {g(m['copy_1'])} / {g(m['copy_all'])} GB/s |")
     L.append(f"| memory bandwidth triad, 1 core / all | {g(m['triad_1'])} / {g(m['triad_all'])} GB/s |")
     L.append("")
@@ -86,10 +90,18 @@ def write_report(path, cmd, r, started, elapsed, loads):
         L.append("| shape (M x K x N) | dtype | tpu GFLOP/s | tpu % of peak | cpu GFLOP/s | cpu % of peak | tpu / cpu |")
         L.append("|---|---|---|---|---|---|---|")
         for row in mi["gemm"]:
+            lim = bf16_peak if row["dtype"] == "bfloat16" and bf16_peak else peak
             L.append(f"| {row['op'].replace('matmul ', '')} | {row['dtype']} | {g(row['tpu'])} | "
-                     f"{100 * row['tpu'] / peak:.0f}% | {g(row['cpu'])} | {100 * row['cpu'] / peak:.0f}% | "
+                     f"{100 * row['tpu'] / lim:.0f}% | {g(row['cpu'])} | {100 * row['cpu'] / lim:.0f}% | "
                      f"{ratio(row['tpu'], row['cpu'])} |")
-        L.append("\nbf16 on tpu widens to f32 and calls sgemm (the pinned OpenBLAS has no sbgemm).\n")
+        if bf16_peak:
+            L.append("\n% of peak: f32 rows against the f32 peak, bf16 rows against the bf16 (vdpbf16ps) "
+                     "peak. bf16 on tpu runs libtpurt's AVX512-BF16 kernel "
+                     "(`runtime/src/host/gemm_avx512bf16.c`); `bench/gemm_bf16.py` compares it with "
+                     "PyTorch CPU at 1 and all threads.\n")
+        else:
+            L.append("\nNo AVX512-BF16 here: bf16 on tpu widens to f32 and calls sgemm (the pinned "
+                     "OpenBLAS has no sbgemm); % of peak is against the f32 peak.\n")
         L.append("### Bandwidth-bound ops (16M f32 elements, ideal bytes: inputs read once, output written once)\n")
         L.append("| op | tpu GB/s | tpu % of copy bw | cpu GB/s | cpu % of copy bw | tpu / cpu |")
         L.append("|---|---|---|---|---|---|")
@@ -115,7 +127,8 @@ def write_report(path, cmd, r, started, elapsed, loads):
         L.append("|---|---|---|---|---|---|---|")
         for key, unit in (("gemm", "GFLOP/s"), ("bw", "GB/s")):
             for a, b in zip(s1[key], sn[key]):
-                L.append(f"| {a['op']} ({unit}) | {g(a['tpu'])} | {g(b['tpu'])} | {b['tpu'] / a['tpu']:.2f}x | "
+                name = f"{a['op']} {a['dtype']}" if key == "gemm" else a["op"]
+                L.append(f"| {name} ({unit}) | {g(a['tpu'])} | {g(b['tpu'])} | {b['tpu'] / a['tpu']:.2f}x | "
                          f"{g(a['cpu'])} | {g(b['cpu'])} | {b['cpu'] / a['cpu']:.2f}x |")
         L.append("")
     if "models" in r:

@@ -118,6 +118,19 @@ void tpu__blas_prepare(void);
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
 
+/* bf16 GEMM with AVX512-BF16 (host/gemm_avx512bf16.c). Row-major f32 C[M, N] (row stride
+ * ldc) = alpha * A B + beta * C, with C not read when beta is 0; element (i, k) of A is
+ * a[i * sam + k * sak], element (k, j) of B is b[k * sbk + j * sbn] (any strides, in
+ * elements). Products are exact in f32 and accumulate in f32 (vdpbf16ps: denormals flush
+ * to zero); only the summation order differs from widening to f32 and calling sgemm.
+ * M, N, K > 0. Splits work over the pool (serial for small products or inside a
+ * region); calls no BLAS. Call only when tpu__gemm_bf16_supported(), which is false on
+ * CPUs without AVX512-BF16 and when TORCHTPU_BF16_GEMM=widen. */
+bool tpu__gemm_bf16_supported(void);
+tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+                            int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
+                            float beta, float* c, int64_t ldc);
+
 /* Tile functions cannot return a status: one that meets a fault (integer division by
  * zero) calls tpu__tile_fault(); the kernel that ran the tile engine reads and clears it
  * with tpu__tile_take_fault() after tpu__tile_run* returns, on the same thread. Faults

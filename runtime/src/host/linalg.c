@@ -1,4 +1,5 @@
-/* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS,
+/* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS (bf16
+ * GEMM through host/gemm_avx512bf16.c where the CPU has AVX512-BF16),
  * convolution as im2col + GEMM, and 2-d pooling.
  *
  * Node layouts (set by aten/linalg.c):
@@ -20,6 +21,8 @@
  * Floating inputs compute in f32 (f32/bf16/f16) or f64, integers in wrapping int64. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "host/host.h"
 
@@ -181,10 +184,40 @@ static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t
   return b;
 }
 
+/* The AVX512-BF16 kernel's one cpuid check (libgcc's also checks that the OS saves zmm
+ * state), read once with TORCHTPU_BF16_GEMM=widen, which keeps bf16 on the widen + sgemm
+ * path (to compare the two, or to test the fallback on a CPU that has the instructions).
+ * Sanitizer builds run the kernel too. */
+bool tpu__gemm_bf16_supported(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char* e = getenv("TORCHTPU_BF16_GEMM");
+    v = __builtin_cpu_supports("avx512bf16") && !(e && strcmp(e, "widen") == 0) ? 1 : 0;
+    atomic_store(&cached, v);
+  }
+  return v != 0;
+}
+
+/* bf16 x bf16 products run natively (host/gemm_avx512bf16.c) where the CPU has
+ * AVX512-BF16, reading the operands in place at any strides. alpha == 0 stays on the BLAS
+ * path, which skips the product (NaN or inf in A or B does not reach C). */
+static bool gemm_native_bf16(const tpu_node_t* n, double alpha) {
+  return n->in[0].dtype == TPU_DTYPE_BF16 && n->in[1].dtype == TPU_DTYPE_BF16 &&
+         n->compute == TPU_DTYPE_F32 && (float)alpha != 0.0f && tpu__gemm_bf16_supported();
+}
+
+static const uint16_t* bf16_matrix(const tpu_operand_t* op, int64_t i) {
+  return (const uint16_t*)tpu__operand_ptr(op) + (op->sizes[0] > 1 ? i * op->strides[0] : 0);
+}
+
+/* Batches [ib, ie) of a (batched) product: the native bf16 kernel on the operands in
+ * place, or BLAS / the integer loop on their dense compute copies a and b. */
 typedef struct bgemm_s {
   const tpu_node_t* n;
   tpu_dtype_t cd;
   const mat_t *a, *b;
+  bool native;
   char* acc;
   int64_t M, N, K;
   bool reduce;
@@ -194,15 +227,22 @@ typedef struct bgemm_s {
 
 static tpu_status_t gemm_batches(void* arg, int64_t ib, int64_t ie, int tid) {
   bgemm_t* g = arg;
+  const tpu_operand_t *A = &g->n->in[0], *B = &g->n->in[1];
   size_t csz = tpu_dtype_size(g->cd);
   int64_t M = g->M, N = g->N;
   for (int64_t i = ib; i < ie; ++i) {
     char* ci = g->acc + (size_t)((g->reduce ? 0 : i) * M * N) * csz;
     /* beta scales C once; later batches of addbmm accumulate with beta 1. */
     double bb = g->reduce && i > 0 ? 1.0 : g->beta;
-    const char* pa = g->a->ptr + (size_t)(i * g->a->bstride) * csz;
-    const char* pb = g->b->ptr + (size_t)(i * g->b->bstride) * csz;
-    gemm_dense(g->cd, g->a->trans, g->b->trans, M, N, g->K, g->alpha, pa, g->a->ld, pb, g->b->ld, bb, ci, N);
+    if (g->native) {
+      TPU_RETURN_IF_ERROR(tpu__gemm_bf16(M, N, g->K, (float)g->alpha, bf16_matrix(A, i), A->strides[1],
+                                         A->strides[2], bf16_matrix(B, i), B->strides[1], B->strides[2],
+                                         (float)bb, (float*)ci, N));
+    } else {
+      const char* pa = g->a->ptr + (size_t)(i * g->a->bstride) * csz;
+      const char* pb = g->b->ptr + (size_t)(i * g->b->bstride) * csz;
+      gemm_dense(g->cd, g->a->trans, g->b->trans, M, N, g->K, g->alpha, pa, g->a->ld, pb, g->b->ld, bb, ci, N);
+    }
     /* PyTorch's addbmm is a loop of addmm_ into the output: a bf16/f16 result is
      * rounded after every batch. */
     if (g->reduce && g->cd == TPU_DTYPE_F32) tpu__round_f32_run((float*)ci, M * N, g->out_dtype);
@@ -226,6 +266,9 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   if (total == 0) return NULL;
   double beta = n->da[1];
   bool use_c = C->value && (tpu_dtype_is_floating(cd) ? beta != 0 : n->ia[2] != 0);
+  bool product = K > 0 && bt > 0 && M > 0 && N > 0;
+  double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
+  bool native = product && gemm_native_bf16(n, alpha);
   /* The product accumulates straight into a dense output of the compute dtype that no
    * input shares; otherwise into a scratch buffer that is then unpacked. */
   bool direct = out->dtype == cd && tpu__operand_is_contiguous(out) && out->value != A->value &&
@@ -238,20 +281,22 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   }
   tpu_status_t st = NULL;
   mat_t a = {0}, b = {0};
-  if (K > 0 && bt > 0 && M > 0 && N > 0) {
-    /* bf16/f16 operands widen to f32 (the pinned OpenBLAS exports no sbgemm); the f32
-     * accumulation and single final rounding match PyTorch's CPU result. */
-    st = mat_get(A, cd, &a);
-    if (!st) st = mat_get(B, cd, &b);
+  if (product) {
+    /* Off the native bf16 kernel, bf16/f16 operands widen to f32 (the pinned OpenBLAS
+     * exports no sbgemm). Either way the f32 accumulation and single final rounding match
+     * PyTorch's CPU result. */
+    if (!native) st = mat_get(A, cd, &a);
+    if (!st && !native) st = mat_get(B, cd, &b);
     if (!st) {
-      bgemm_t g = {n, cd, &a, &b, acc, M, N, K, reduce, out->dtype,
-                   tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1],
+      bgemm_t g = {n, cd, &a, &b, native, acc, M, N, K, reduce, out->dtype, alpha,
                    use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0};
-      /* Batches of a batched product run in a region (each GEMM one BLAS call) when
-       * there are enough of them; addbmm's sum over batches stays in order. */
-      bool by_batch = !reduce && bt >= tpu__num_threads() &&
-                      2.0 * (double)bt * (double)M * (double)N * (double)K >= TPU_BLAS_SERIAL_FLOPS;
-      st = by_batch ? tpu__parallel_for(bt, 1, gemm_batches, &g) : gemm_batches(&g, 0, bt, 0);
+      /* Small products of a batch run whole on pool threads (a chunk does at least ~4
+       * MFLOP, which amortizes waking a thread); a large one splits inside its GEMM
+       * instead. addbmm's sum over batches stays in order. */
+      double flops = 2.0 * (double)M * (double)N * (double)K;
+      bool by_batch = !reduce && bt > 1 && flops < TPU_BLAS_SERIAL_FLOPS;
+      st = by_batch ? tpu__parallel_for(bt, (int64_t)(4e6 / flops) + 1, gemm_batches, &g)
+                    : gemm_batches(&g, 0, bt, 0);
     }
   } else if (use_c && tpu_dtype_is_floating(cd)) {
     for (uint64_t i = 0; i < total / csz; ++i) {

@@ -6,6 +6,7 @@
  * one dtype. The same loop is the building block the fused interpreter of
  * defer_and_fuse will chain (docs/architecture.md). */
 #include "host/host.h"
+#include "host/vmath.h"
 
 #define TILE 2048
 
@@ -54,12 +55,22 @@
       ST_##DN(d + i * ds * DS, LD_##SN(s + i * ss * SS));                        \
     break;
 
+/* Dense f32 -> bf16, the store of every bf16 kernel's f32 result (GEMM included), built
+ * per ISA: the strided loop below runs it one element at a time. */
+TPU_ISA_CLONES static void f32_to_bf16_dense(uint16_t* d, const float* s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = tpu__f32_to_bf16(s[i]);
+}
+
 void tpu__convert_run(void* dst, tpu_dtype_t dt, int64_t ds, const void* src,
                       tpu_dtype_t st, int64_t ss, int64_t n) {
   char* d = dst;
   const char* s = src;
   if (dt == st && ds == 1 && ss == 1) {
     memcpy(d, s, (size_t)n * tpu_dtype_size(dt));
+    return;
+  }
+  if (st == TPU_DTYPE_F32 && dt == TPU_DTYPE_BF16 && ds == 1 && ss == 1) {
+    f32_to_bf16_dense(dst, src, n);
     return;
   }
   switch (st) {

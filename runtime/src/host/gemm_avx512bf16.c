@@ -1,0 +1,465 @@
+/* bf16 x bf16 -> f32 GEMM with AVX512-BF16 (vdpbf16ps); contract in host/host.h.
+ *
+ * vdpbf16ps multiplies pairs of bf16 along K and adds both products into an f32 lane, so
+ * both operands are packed with K in pairs: a packed A panel holds, for each pair p,
+ * the 32-bit words (A[i][2p], A[i][2p+1]) of its MR rows; a packed B panel holds, for
+ * each p, the words (B[2p][j], B[2p+1][j]) of its NR columns. An odd K gets a zero
+ * partner; rows and columns past M and N are zero and never stored. The microkernel
+ * keeps an MR x NR block of C in 24 zmm accumulators, broadcasting one A word per row
+ * against NV B vectors per pair.
+ *
+ * Loops (BLIS order): the output is cut into tasks of at most MC rows x NC columns that
+ * the pool shares out; within a task, for each K block of KCP pairs, each NR-column B
+ * micro-panel meets every MR-row A micro-panel of the task (the task's A block in L2).
+ * A and B are packed whole up front, each in its own parallel region, so every panel is
+ * packed once however the tasks fall; when one task spans all rows, each task instead
+ * packs its own B panels a K block at a time, just before use (run_task_packing_b). With
+ * at most SMALL_M rows, B is not packed at all (gemm_small: reading B once is the whole
+ * cost there).
+ *
+ * Every function here is compiled for AVX-512 and AVX512-BF16 (BF16_TARGET); host/linalg.c
+ * calls in only after tpu__gemm_bf16_supported(), its cpuid check. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "host/host.h"
+
+/* On every function of this file (not a file-wide flag: the library's other code and the
+ * cpuid check keep the baseline ISA). */
+#define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+#define MR 6
+#define NV 4             /* zmm vectors of 16 f32 per C row */
+#define NR (16 * NV)
+/* Block sizes, measured on Zen 4 (1 MiB L2) at the bench's LLM shapes (KCP 64..512, MC
+ * 96..384, NC 256..1024 tried): larger K blocks (fewer passes over C) beat keeping a B
+ * micro-panel in L1; MC and NC mattered little. */
+#define KCP 256          /* K pairs per block (512 K values) */
+#define MC 192           /* task rows at most */
+#define NC 512           /* task columns at most */
+
+BF16_TARGET static inline uint32_t pair_at(const uint16_t* p, int64_t second) {
+  return (uint32_t)p[0] | (uint32_t)p[second] << 16;
+}
+
+/* In-register transpose of 16 rows of 16 32-bit words: afterwards r[c] holds column c. */
+BF16_TARGET static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  /* r[4i + j], 128-bit lane k: rows 4i..4i+3 of column 4k + j */
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88);
+    t[4 + j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
+    t[8 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
+    t[12 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+    r[4 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd);
+  }
+}
+
+/* One packed panel of `lanes` words per pair from `n` (<= lanes) lines of an operand:
+ * word (p, l) = (X[l][2p], X[l][2p+1]) where X[l][k] = base[l * sl + k * sk]. */
+BF16_TARGET static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl,
+                                   int64_t sk, int n, int64_t K) {
+  int64_t kp = (K + 1) / 2, full = K / 2;
+  /* every path below writes all lanes of every pair when n == lanes */
+  if (n < lanes) memset(dst, 0, (size_t)(kp * lanes) * sizeof(uint32_t));
+  if (sk == 1 && lanes % 16 == 0) {
+    /* pairs adjacent in memory (transposed B: a linear layer's weight): 32-bit words
+     * transposed 16 x 16 in registers */
+    for (int l0 = 0; l0 < n; l0 += 16)
+      for (int64_t p0 = 0; p0 < full; p0 += 16) {
+        __mmask16 m = full - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (full - p0)) - 1);
+        __m512i r[16];
+        for (int l = 0; l < 16; ++l)
+          r[l] = l0 + l < n ? _mm512_maskz_loadu_epi32(m, base + (l0 + l) * sl + 2 * p0)
+                            : _mm512_setzero_si512();
+        transpose16(r);
+        for (int c = 0; c < 16 && p0 + c < full; ++c)
+          _mm512_storeu_si512(dst + (p0 + c) * lanes + l0, r[c]);
+      }
+    if (K & 1)
+      for (int l = 0; l < n; ++l) dst[full * lanes + l] = base[l * sl + K - 1];
+    return;
+  }
+  if (sl == 1 && lanes % 16 == 0) {
+    /* lines adjacent in memory (row-major B): interleave two K rows */
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                         23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t p = 0; p < kp; ++p) {
+      const uint16_t* r0 = base + 2 * p * sk;
+      bool has1 = 2 * p + 1 < K;
+      for (int v = 0; v * 16 < n; ++v) {
+        int cnt = n - v * 16 < 16 ? n - v * 16 : 16;
+        __mmask16 m = (__mmask16)((1u << cnt) - 1);
+        __m256i x0 = _mm256_maskz_loadu_epi16(m, r0 + v * 16);
+        __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(m, r0 + sk + v * 16) : _mm256_setzero_si256();
+        __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+        _mm512_storeu_si512(dst + p * lanes + v * 16, _mm512_permutexvar_epi16(idx, both));
+      }
+    }
+    return;
+  }
+  /* any other layout (A panels other than row-major A, which pack_a_group takes) */
+  for (int64_t p = 0; p < kp; ++p)
+    for (int l = 0; l < n; ++l) {
+      const uint16_t* src = base + l * sl + 2 * p * sk;
+      dst[p * lanes + l] = 2 * p + 1 < K ? pair_at(src, sk) : src[0];
+    }
+}
+
+typedef struct bf16_gemm_s {
+  int64_t M, N, K, kp;
+  const uint16_t *a, *b;
+  int64_t sam, sak, sbk, sbn; /* strides in elements */
+  float alpha, beta;
+  float* c;
+  int64_t ldc;
+  uint32_t *pa, *pb; /* packed panels, kp * MR (kp * NR) words each */
+  uint32_t* pbt;      /* one-block mode: per thread, a K block of the task's B panels */
+  int64_t mc, nc;     /* task size: multiples of MR and NR */
+  int64_t ntasks;     /* tasks per row of tasks */
+} bf16_gemm_t;
+
+BF16_TARGET static void pack_a_panel(void* ctx, int64_t i, int tid) {
+  bf16_gemm_t* g = ctx;
+  int64_t r0 = i * MR;
+  int n = (int)(g->M - r0 < MR ? g->M - r0 : MR);
+  pack_panel(g->pa + i * g->kp * MR, MR, g->a + r0 * g->sam, g->sam, g->sak, n, g->K);
+}
+
+/* Row-major A (pairs adjacent in memory) in groups of 48 rows, 8 whole panels: blocks of
+ * 16 rows x 16 pairs are transposed in registers and each column (one pair of 16 rows)
+ * is stored into the panels its rows fall in with masked stores; rows past M read as
+ * zero. A lane l of column c goes to (panel of row l) + c * MR + (row l mod MR). */
+#define A_GROUP (8 * MR)
+
+BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
+  bf16_gemm_t* g = ctx;
+  int64_t r0 = grp * A_GROUP, kp = g->kp, full = g->K / 2;
+  int64_t rend = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
+  if (rend > r0 + A_GROUP) rend = r0 + A_GROUP;
+  const uint16_t* a = g->a;
+  for (int64_t rb = r0; rb < rend; rb += 16) {
+    int nrow = (int)(rend - rb < 16 ? rend - rb : 16);
+    for (int64_t p0 = 0; p0 < full; p0 += 16) {
+      __mmask16 m = full - p0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (full - p0)) - 1);
+      __m512i r[16];
+      for (int l = 0; l < 16; ++l)
+        r[l] = l < nrow && rb + l < g->M ? _mm512_maskz_loadu_epi32(m, a + (rb + l) * g->sam + 2 * p0)
+                                         : _mm512_setzero_si512();
+      transpose16(r);
+      for (int l0 = 0; l0 < nrow;) {
+        int64_t row = rb + l0, panel = row / MR;
+        int lane = (int)(row % MR), cnt = MR - lane < nrow - l0 ? MR - lane : nrow - l0;
+        __mmask16 lanes = (__mmask16)(((1u << cnt) - 1) << l0);
+        uint32_t* base = g->pa + panel * kp * MR + lane - l0; /* lane l0 lands on `lane` */
+        for (int c = 0; c < 16 && p0 + c < full; ++c)
+          _mm512_mask_storeu_epi32(base + (p0 + c) * MR, lanes, r[c]);
+        l0 += cnt;
+      }
+    }
+    if (g->K & 1)
+      for (int l = 0; l < nrow; ++l) {
+        int64_t row = rb + l;
+        g->pa[row / MR * kp * MR + full * MR + row % MR] = row < g->M ? a[row * g->sam + g->K - 1] : 0;
+      }
+  }
+}
+
+BF16_TARGET static void pack_b_panel(void* ctx, int64_t j, int tid) {
+  bf16_gemm_t* g = ctx;
+  int64_t c0 = j * NR;
+  int n = (int)(g->N - c0 < NR ? g->N - c0 : NR);
+  pack_panel(g->pb + j * g->kp * NR, NR, g->b + c0 * g->sbn, g->sbn, g->sbk, n, g->K);
+}
+
+/* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
+ * when beta is 0), C += alpha * acc on later ones. */
+BF16_TARGET static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b, float* c,
+                               int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < np; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * NR + v * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[p * MR + r]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
+    }
+  }
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 mk[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    int cnt = nr - v * 16;
+    mk[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
+  }
+  /* rows unrolled with a guard, so the accumulators stay in registers */
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) break;
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + v * 16));
+      else if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v], cr + v * 16), vb, x);
+      _mm512_mask_storeu_ps(cr + v * 16, mk[v], x);
+    }
+  }
+}
+
+/* Task t: an mc x nc block of C, row-major over the grid of tasks. */
+BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
+  bf16_gemm_t* g = ctx;
+  int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
+  int64_t m1 = m0 + g->mc < g->M ? m0 + g->mc : g->M, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
+  for (int64_t p0 = 0; p0 < g->kp; p0 += KCP) {
+    int64_t np = g->kp - p0 < KCP ? g->kp - p0 : KCP;
+    for (int64_t j = n0; j < n1; j += NR) {
+      const uint32_t* pb = g->pb + (j / NR) * g->kp * NR + p0 * NR;
+      int nr = (int)(n1 - j < NR ? n1 - j : NR);
+      for (int64_t i = m0; i < m1; i += MR) {
+        const uint32_t* pa = g->pa + (i / MR) * g->kp * MR + p0 * MR;
+        int mr = (int)(m1 - i < MR ? m1 - i : MR);
+        microkernel(np, pa, pb, g->c + i * g->ldc + j, g->ldc, mr, nr, g->alpha, g->beta, p0 == 0);
+      }
+    }
+  }
+}
+
+/* One-block mode (all rows in one task, so each B panel meets A exactly once): the task
+ * packs each K block of its own B panels into its thread's buffer right before using it,
+ * while they are in L2, instead of all of B going out to memory and back. */
+BF16_TARGET static void run_task_packing_b(void* ctx, int64_t t, int tid) {
+  bf16_gemm_t* g = ctx;
+  int64_t n0 = t * g->nc, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
+  uint32_t* pbt = g->pbt + (int64_t)tid * KCP * g->nc;
+  for (int64_t p0 = 0; p0 < g->kp; p0 += KCP) {
+    int64_t np = g->kp - p0 < KCP ? g->kp - p0 : KCP;
+    int64_t kb = g->K - 2 * p0 < 2 * KCP ? g->K - 2 * p0 : 2 * KCP; /* K values in the block */
+    for (int64_t j = n0; j < n1; j += NR)
+      pack_panel(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
+                 (int)(n1 - j < NR ? n1 - j : NR), kb);
+    for (int64_t j = n0; j < n1; j += NR) {
+      const uint32_t* pb = pbt + (j - n0) / NR * np * NR;
+      int nr = (int)(n1 - j < NR ? n1 - j : NR);
+      for (int64_t i = 0; i < g->M; i += MR) {
+        const uint32_t* pa = g->pa + (i / MR) * g->kp * MR + p0 * MR;
+        int mr = (int)(g->M - i < MR ? g->M - i : MR);
+        microkernel(np, pa, pb, g->c + i * g->ldc + j, g->ldc, mr, nr, g->alpha, g->beta, p0 == 0);
+      }
+    }
+  }
+}
+
+/* Work items (panels to pack, tasks) go to whichever pool thread asks next rather than in
+ * static chunks: on cores shared with other processes a thread that is descheduled for a
+ * while then does less, instead of the whole product waiting on its fixed share. Each item
+ * is computed whole by one thread in a fixed order, so results do not depend on who. */
+typedef void (*item_fn)(void* ctx, int64_t item, int tid);
+
+typedef struct items_s {
+  void* ctx;
+  item_fn fn;
+  int64_t n;
+  atomic_int_fast64_t next;
+} items_t;
+
+BF16_TARGET static tpu_status_t items_worker(void* arg, int64_t b, int64_t e, int tid) {
+  items_t* w = arg;
+  for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->ctx, i, tid);
+  return NULL;
+}
+
+BF16_TARGET static tpu_status_t run_items(void* ctx, item_fn fn, int64_t n, int threads) {
+  items_t w = {.ctx = ctx, .fn = fn, .n = n};
+  atomic_init(&w.next, 0);
+  return tpu__parallel_for(threads < n ? threads : n, 1, items_worker, &w);
+}
+
+BF16_TARGET static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Cuts C into tasks of at most MC x NC, of even sizes, and at least 4 per thread where
+ * the matrix allows, so the threads finish close together. Returns the task count. */
+BF16_TARGET static int64_t split_tasks(bf16_gemm_t* g, int threads) {
+  int64_t mb = cdiv(g->M, MC), nb = cdiv(g->N, NC);
+  while (threads > 1 && mb * nb < 4 * threads) {
+    if (cdiv(g->N, nb) >= 2 * NR && (g->N >= g->M || cdiv(g->M, mb) < 2 * MR)) nb *= 2;
+    else if (cdiv(g->M, mb) >= 2 * MR) mb *= 2;
+    else break;
+  }
+  g->mc = cdiv(cdiv(g->M, mb), MR) * MR;
+  g->nc = cdiv(cdiv(g->N, nb), NR) * NR;
+  g->ntasks = cdiv(g->N, g->nc);
+  return cdiv(g->M, g->mc) * g->ntasks;
+}
+
+/* ---- few rows (M <= SMALL_M): no packed B ---------------------------------------------
+ * With a handful of rows (a linear layer at decode) packing B costs more than the product,
+ * which is bound by reading B once. A's rows are copied dense (f32 for the row-major B
+ * kernel, bf16 zero-padded to whole vectors for the transposed one) and B is read in
+ * place: row-major B by f32 FMAs on widened B rows (products of bf16 are exact in f32, as
+ * in vdpbf16ps), transposed B (K contiguous) by vdpbf16ps dot products. */
+#define SMALL_M 4
+#define SMALL_JT 4 /* transposed B: output columns per step */
+
+typedef struct bf16_small_s {
+  int64_t M, N, K, kv;      /* kv: K rounded up to whole 32-element vectors */
+  const uint16_t* b;
+  int64_t sbk, sbn;
+  float alpha, beta;
+  float* c;
+  int64_t ldc;
+  const void* a;            /* [M][K] f32 (row-major B) or [M][kv] bf16 (transposed B) */
+} bf16_small_t;
+
+BF16_TARGET static inline void small_store(const bf16_small_t* s, float* c, float v) {
+  *c = s->beta != 0.0f ? s->alpha * v + s->beta * *c : s->alpha * v;
+}
+
+/* Row-major B (unit column stride): columns [j0, j0 + 64) of every row. */
+BF16_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
+  const bf16_small_t* s = ctx;
+  int64_t j0 = blk * 64;
+  int nr = (int)(s->N - j0 < 64 ? s->N - j0 : 64);
+  const float* a = s->a;
+  __m512 acc[SMALL_M][4];
+  for (int i = 0; i < SMALL_M; ++i)
+    for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_setzero_ps();
+  __mmask16 m[4];
+  for (int v = 0; v < 4; ++v) {
+    int cnt = nr - 16 * v;
+    m[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
+  }
+  for (int64_t k = 0; k < s->K; ++k) {
+    const uint16_t* br = s->b + k * s->sbk + j0;
+    __m512 bv[4];
+    for (int v = 0; v < 4; ++v) { /* bf16 -> f32: the 16 bits become the high half */
+      __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m[v], br + 16 * v));
+      bv[v] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+    for (int i = 0; i < s->M; ++i) {
+      __m512 av = _mm512_set1_ps(a[i * s->K + k]);
+      for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+  float out[64];
+  for (int i = 0; i < s->M; ++i) {
+    for (int v = 0; v < 4; ++v) _mm512_storeu_ps(out + 16 * v, acc[i][v]);
+    for (int j = 0; j < nr; ++j) small_store(s, s->c + i * s->ldc + j0 + j, out[j]);
+  }
+}
+
+/* Transposed B (unit K stride): output columns [16 blk, 16 blk + 16), SMALL_JT at a time. */
+BF16_TARGET static void small_cols_block(void* ctx, int64_t blk, int tid) {
+  const bf16_small_t* s = ctx;
+  int64_t j0 = blk * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
+  const uint16_t* a = s->a;
+  for (int64_t j = j0; j < j1; j += SMALL_JT) {
+    int nj = (int)(j1 - j < SMALL_JT ? j1 - j : SMALL_JT);
+    __m512 acc[SMALL_M][SMALL_JT];
+    for (int i = 0; i < SMALL_M; ++i)
+      for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < s->kv; k += 32) {
+      __mmask32 m = s->K - k >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << (s->K - k)) - 1);
+      __m512bh bv[SMALL_JT];
+      for (int t = 0; t < SMALL_JT; ++t)
+        bv[t] = (__m512bh)(t < nj ? _mm512_maskz_loadu_epi16(m, s->b + (j + t) * s->sbn + k)
+                                  : _mm512_setzero_si512());
+      for (int i = 0; i < s->M; ++i) {
+        __m512bh av = (__m512bh)_mm512_loadu_si512(a + i * s->kv + k);
+        for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_dpbf16_ps(acc[i][t], av, bv[t]);
+      }
+    }
+    for (int i = 0; i < s->M; ++i)
+      for (int t = 0; t < nj; ++t)
+        small_store(s, s->c + i * s->ldc + j + t, _mm512_reduce_add_ps(acc[i][t]));
+  }
+}
+
+BF16_TARGET static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+                               int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
+                               float beta, float* c, int64_t ldc) {
+  bool cols = sbk == 1; /* else sbn == 1 */
+  bf16_small_t s = {.M = M, .N = N, .K = K, .kv = (K + 31) / 32 * 32, .b = b, .sbk = sbk, .sbn = sbn,
+                    .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
+  uint64_t bytes;
+  if (!tpu__mul_ok((uint64_t)M, (uint64_t)(cols ? s.kv * 2 : K * 4), &bytes) || bytes > SIZE_MAX)
+    return TPU_HOST_NOMEM();
+  void* buf = tpu__malloc((size_t)bytes);
+  if (!buf) return TPU_HOST_NOMEM();
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < (cols ? s.kv : K); ++k) {
+      uint16_t x = k < K ? a[i * sam + k * sak] : 0;
+      if (cols) ((uint16_t*)buf)[i * s.kv + k] = x;
+      else ((float*)buf)[i * K + k] = tpu__bf16_to_f32(x);
+    }
+  s.a = buf;
+  /* bound by reading B: worth a region once B is a few hundred KiB */
+  int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
+  tpu_status_t st = cols ? run_items(&s, small_cols_block, (N + 15) / 16, threads)
+                         : run_items(&s, small_rows_block, (N + 63) / 64, threads);
+  tpu__free(buf);
+  return st;
+}
+
+BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
+                            int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
+                            float beta, float* c, int64_t ldc) {
+  bf16_gemm_t g = {.M = M, .N = N, .K = K, .kp = (K + 1) / 2, .a = a, .b = b, .sam = sam,
+                   .sak = sak, .sbk = sbk, .sbn = sbn, .alpha = alpha, .beta = beta, .c = c,
+                   .ldc = ldc};
+  if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
+  /* measured against the packed path: dot products win up to 4 rows, the widened-row
+   * FMAs (half the vdpbf16ps rate) up to 2 */
+  if (sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2)
+    return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
+  int64_t ma = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
+  /* below the BLAS threshold a region's wake-up costs more than it saves */
+  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS;
+  int threads = serial ? 1 : tpu__num_threads();
+  int64_t tasks = split_tasks(&g, threads);
+  bool one_block = g.mc >= M; /* every task spans all rows: B packed per task */
+  int64_t bufs = threads < tasks ? threads : tasks;
+  uint64_t na, nbw;
+  if (!tpu__mul_ok((uint64_t)(ma * MR), (uint64_t)g.kp * sizeof(uint32_t), &na) ||
+      !tpu__mul_ok(one_block ? (uint64_t)(bufs * KCP) : (uint64_t)(nb * NR),
+                   (one_block ? (uint64_t)g.nc : (uint64_t)g.kp) * sizeof(uint32_t), &nbw) ||
+      na + nbw > SIZE_MAX - 64)
+    return TPU_HOST_NOMEM();
+  /* one buffer: both packed operands, 64-byte aligned (panel sizes are multiples of 64) */
+  char* buf = tpu__malloc((size_t)(na + nbw) + 64);
+  if (!buf) return TPU_HOST_NOMEM();
+  char* base = (char*)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+  g.pa = (uint32_t*)base;
+  if (one_block) g.pbt = (uint32_t*)(base + na);
+  else g.pb = (uint32_t*)(base + na);
+  tpu_status_t st = sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
+                             : run_items(&g, pack_a_panel, ma, threads);
+  if (!st && !one_block) st = run_items(&g, pack_b_panel, nb, threads);
+  if (!st) st = run_items(&g, one_block ? run_task_packing_b : run_task, tasks, threads);
+  tpu__free(buf);
+  return st;
+}
+
