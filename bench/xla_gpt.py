@@ -14,7 +14,8 @@ only its tracing. The first step includes tracing and XLA compilation of the ste
 the optimizer's first step builds its state, so the second step's graph differs and
 compiles too. Per step the number of XLA compilations is recorded, and the steady step is
 the median of the steps after the last one that compiled (XLA's persistent compilation
-cache is not enabled, so nothing carries over from earlier runs).
+cache stays off, XLA_PERSISTENT_CACHE_PATH is cleared, so nothing carries over from earlier
+runs). Per step the process CPU time is recorded too: it shows how many cores XLA kept busy.
 
 Prints one line `BENCH_JSON {"models_xla": [...]}` (rows shaped like bench/models.py's)."""
 import argparse
@@ -24,11 +25,17 @@ import sys
 import time
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+os.environ.pop("XLA_PERSISTENT_CACHE_PATH", None)  # a cache hit would hide the first step's compilation
 
 import torch  # noqa: E402
-import torch_xla  # noqa: E402
-import torch_xla.core.xla_model as xm  # noqa: E402
-import torch_xla.debug.metrics as met  # noqa: E402
+
+try:
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+except ImportError as e:
+    raise SystemExit(f"bench/xla_gpt.py needs the PyTorch/XLA venv ({e}): `bash scripts/setup_xla.sh` makes it "
+                     "and prints its path; run this script with <that path>/bin/python") from None
 
 from gpt_configs import GPT_CONFIGS, gpt_train_flops_per_token  # noqa: E402
 
@@ -78,7 +85,8 @@ def gpt_run(cfg, dev, steps, extra_steps):
         times.append(time.perf_counter() - t0)
         cpu_times.append(time.process_time() - p0)  # CPU seconds of all threads: how many cores XLA kept busy
         compiled.append(compiles() - c0)
-        progress(f"  step {s}: {times[-1]:.2f} s, {compiled[-1]} XLA compilation(s), loss {losses[-1]:.4f}")
+        progress(f"  step {s}: {times[-1]:.2f} s (CPU time {cpu_times[-1]:.2f} s), {compiled[-1]} XLA "
+                 f"compilation(s), loss {losses[-1]:.4f}")
     steady_times = times[last_compiling(compiled) + 1:]
     if not steady_times:
         raise SystemExit(f"{cfg['name']}: every step compiled ({compiled}); no steady state measured")
