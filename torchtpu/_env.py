@@ -16,8 +16,11 @@ ENV_VARS = {
     "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs)",
     "TORCHTPU_BF16_GEMM": "(C) bf16 x bf16 GEMM: 'native' (default: the AVX512-BF16 kernel where "
                           "the CPU has it) or 'widen' (convert to f32 and call sgemm)",
-    "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 1024)",
+    "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 4096)",
     "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
                          "'allow' (run silently), 'error' (raise NotImplementedError)",
+    "TORCHTPU_XLA_VENV": "benchmarks: the PyTorch/XLA venv that scripts/setup_xla.sh makes and "
+                         "torchtpu.bench runs bench/xla_gpt.py in (default: "
+                         "~/.cache/torchtpu/xla-venv-<hash of scripts/requirements-xla.txt>)",
     "TORCH_DEVICE_BACKEND_AUTOLOAD": "PyTorch's: 0 disables loading torchtpu on `import torch`",
 }

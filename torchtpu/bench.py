@@ -4,9 +4,11 @@ effect) and writes docs/benchmarks.md with the command, the machine, and the tab
 
 Sections: machine limits (bench/peak.c), micro benchmarks (bench/micro.py), thread
 scaling (1 vs all threads), models (bench/models.py, plus Inductor CPU when it compiles in
-time). Results are ratios and rates for people to read; nothing here is a test."""
+time, plus PyTorch/XLA on CPU via bench/xla_gpt.py when scripts/setup_xla.sh has made its
+venv). Results are ratios and rates for people to read; nothing here is a test."""
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
@@ -18,11 +20,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
 
 
-def run_script(name, args=(), env=None, timeout=None):
+def run_script(name, args=(), env=None, timeout=None, python=sys.executable):
     """Runs bench/<name>; returns (parsed BENCH_JSON dict or None, reason if it failed)."""
-    cmd = [sys.executable, os.path.join(BENCH, name), *args]
+    cmd = [python, os.path.join(BENCH, name), *args]
     full_env = dict(os.environ, **(env or {}))
-    print(f"[bench] {' '.join(cmd[1:])}" + (f"  ({env})" if env else ""), flush=True)
+    shown = cmd[1:] if python == sys.executable else cmd
+    print(f"[bench] {' '.join(shown)}" + (f"  ({env})" if env else ""), flush=True)
     try:
         p = subprocess.run(cmd, cwd=BENCH, env=full_env, stdout=subprocess.PIPE, stderr=None, text=True,
                            timeout=timeout)
@@ -35,6 +38,19 @@ def run_script(name, args=(), env=None, timeout=None):
     if p.returncode != 0 or not out:
         return None, f"exit code {p.returncode}"
     return out, None
+
+
+def xla_python():
+    """The PyTorch/XLA venv's python if scripts/setup_xla.sh has made it (same path rule:
+    TORCHTPU_XLA_VENV, else the cache dir keyed by the hash of scripts/requirements-xla.txt)."""
+    venv = os.environ.get("TORCHTPU_XLA_VENV")
+    if not venv:
+        with open(os.path.join(ROOT, "scripts", "requirements-xla.txt"), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        venv = os.path.join(cache, "torchtpu", f"xla-venv-{digest}")
+    python = os.path.join(venv, "bin", "python")
+    return python if os.path.isfile(os.path.join(venv, ".complete")) and os.path.isfile(python) else None
 
 
 def g(x, unit=1e9, nd=1):
@@ -50,6 +66,44 @@ def load_avg():
         return " / ".join(f"{v:.1f}" for v in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+def compiling_s(x):
+    return sum(t for t, c in zip(x["step_times_s"], x["step_compilations"]) if c)
+
+
+def xla_section(L, r, by):
+    """The GPT rows against PyTorch/XLA on CPU (bench/xla_gpt.py in its own venv)."""
+    L.append("### tpu vs PyTorch/XLA on CPU\n")
+    xla = r.get("models_xla")
+    if not xla:
+        why = r.get("xla_skipped") or "its venv does not exist"
+        L.append(f"PyTorch/XLA (`PJRT_DEVICE=CPU`), the system this kind of backend replaces: not run ({why}). "
+                 "`bash scripts/setup_xla.sh` creates its venv (its own torch and torch_xla, several GB); "
+                 "the next `python -m torchtpu.bench` then adds its GPT rows.\n")
+        return
+    x0 = xla[0]
+    L.append(f"Rows \"cpu (pytorch/xla)\": `bench/xla_gpt.py`, the same model, sizes and AdamW on "
+             f"torch_xla {x0['torch_xla']} (torch {x0['torch']}, its own venv from `scripts/setup_xla.sh`), "
+             f"`PJRT_DEVICE={x0['pjrt_device']}`, a `torch_xla.sync()` per step and the clock stopped after "
+             "`loss.item()` and `xm.wait_device_ops()`. Its first step includes tracing and XLA compilation; "
+             "its steady step is the median of the steps after the last one that compiled (XLA compilations "
+             "per step: " + "; ".join(
+                 f"{x['model']} {x['step_compilations']}, {compiling_s(x):.1f} s in the steps that compiled"
+                 for x in xla) + "). "
+             "Issue 6's target: tpu first step at least 10x shorter than PyTorch/XLA's, steady step at "
+             "least as fast.\n")
+    L.append("| model | first step tpu / pytorch/xla s | first step vs PyTorch/XLA (times shorter) | "
+             "steady step tpu / pytorch/xla s | steady step vs PyTorch/XLA (speed) |")
+    L.append("|---|---|---|---|---|")
+    for x in xla:
+        t = by.get((x["model"], "tpu"))
+        if not t:
+            continue
+        L.append(f"| {x['model']} | {t['first_step_s']:.2f} / {x['first_step_s']:.2f} | "
+                 f"{ratio(x['first_step_s'], t['first_step_s'])} | {t['steady_step_s']:.2f} / "
+                 f"{x['steady_step_s']:.2f} | {ratio(x['steady_step_s'], t['steady_step_s'])} |")
+    L.append("")
 
 
 def write_report(path, cmd, r, started, elapsed, loads):
@@ -132,7 +186,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
                          f"{g(a['cpu'])} | {g(b['cpu'])} | {b['cpu'] / a['cpu']:.2f}x |")
         L.append("")
     if "models" in r:
-        rows = r["models"] + r.get("models_compile", [])
+        rows = r["models"] + r.get("models_compile", []) + r.get("models_xla", [])
         L.append("## Models\n")
         L.append("GPT = `examples/train_gpt.py`'s model (char vocab 128) with the sizes below; training "
                  "steps include AdamW; MFU = achieved training FLOP/s (6 x weights + attention per token) "
@@ -146,9 +200,10 @@ def write_report(path, cmd, r, started, elapsed, loads):
             mfu = x["train_tokens_s"] * x["flops_per_token"] / peak
             mem = f"{x['peak_mem_bytes'] / 2**20:.0f} MiB" if "peak_mem_bytes" in x else "-"
             dec = f"{x['decode_tokens_s']:.1f}" if "decode_tokens_s" in x else "-"
+            pre = f"{x['prefill_tokens_s']:.0f}" if "prefill_tokens_s" in x else "-"
             c = x["config"]
             L.append(f"| {x['model']} (layers {c['layers']}, ctx {c['ctx']}, batch {c['batch']}) | {x['device']} | "
-                     f"{x['train_tokens_s']:.0f} | {x['prefill_tokens_s']:.0f} | {dec} | {x['first_step_s']:.2f} | "
+                     f"{x['train_tokens_s']:.0f} | {pre} | {dec} | {x['first_step_s']:.2f} | "
                      f"{x['steady_step_s']:.2f} | {100 * mfu:.1f}% | {mem} |")
         L.append("")
         L.append("| model | device | images/s | first step s | steady step s | peak device memory |")
@@ -177,6 +232,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
                 L.append(f"| {model} | {ratio(x['images_s'], c['images_s'])} | - | - | "
                          f"{ratio(c['steady_step_s'], x['steady_step_s'])} |")
         L.append("")
+        xla_section(L, r, by)
     if r.get("compile_skipped"):
         L.append(f"torch.compile (Inductor, CPU): skipped — {r['compile_skipped']}.\n")
     with open(path, "w") as f:
@@ -188,9 +244,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks.md"))
     ap.add_argument("--skip-compile", action="store_true", help="skip the Inductor CPU models")
     ap.add_argument("--compile-timeout", type=int, default=240)
+    ap.add_argument("--skip-xla", action="store_true", help="skip the PyTorch/XLA CPU rows")
+    ap.add_argument("--xla-timeout", type=int, default=300)
     args = ap.parse_args()
     import torch
-    cmd = "python -m torchtpu.bench" + (" --skip-compile" if args.skip_compile else "")
+    cmd = ("python -m torchtpu.bench" + (" --skip-compile" if args.skip_compile else "")
+           + (" --skip-xla" if args.skip_xla else ""))
     if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
         cmd = "TORCH_DEVICE_BACKEND_AUTOLOAD=0 " + cmd
     started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -198,7 +257,8 @@ def main():
     t0 = time.perf_counter()
     cores = os.cpu_count() or 1
     r = {"torch": torch.__version__}
-    steps = ["machine", "micro", "scaling x2", "models", "compile"]  # "scaling x2": 1 vs all threads
+    # "scaling x2": 1 vs all threads; "pytorch/xla": only when scripts/setup_xla.sh made its venv
+    steps = ["machine", "micro", "scaling x2", "models", "compile", "pytorch/xla"]
     for i, step in enumerate(steps):
         print(f"[bench] step {i + 1}/{len(steps)}: {step}", flush=True)
         if step == "machine":
@@ -237,6 +297,17 @@ def main():
                 r.update(out)
             else:
                 r["compile_skipped"] = f"`bench/models.py --compile` {why} (compilation on this machine)"
+        elif step == "pytorch/xla":
+            python = xla_python()
+            if args.skip_xla or not python:
+                r["xla_skipped"] = "--skip-xla given" if args.skip_xla else "its venv does not exist"
+                continue
+            out, why = run_script("xla_gpt.py", python=python, env={"PJRT_DEVICE": "CPU"},
+                                  timeout=args.xla_timeout)
+            if out:
+                r.update(out)
+            else:
+                r["xla_skipped"] = f"`bench/xla_gpt.py` {why}"
     loads.append(load_avg())
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     write_report(args.out, cmd, r, started, time.perf_counter() - t0, loads)
