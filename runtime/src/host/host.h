@@ -48,7 +48,9 @@ tpu_status_t tpu__layer_norm_row_end_open(const tpu_node_t* node, tpu_row_end_t*
 
 /* Tile engine: output 0 and all inputs are broadcast to output 0's shape; fn sees
  * contiguous tiles in `compute` dtype (scalars arrive as constant tiles). The output
- * tile is converted to output 0's dtype on store. n_in <= 8. */
+ * tile is converted to output 0's dtype on store. n_in <= 8. A tile function computes
+ * out[i] from the inputs' elements i alone, reading them before it writes out[i], so the
+ * output tile may be the same memory as an input tile (in-place ops, donated buffers). */
 typedef void (*tpu_tile_fn)(int64_t n, void* out, const void* const* in, const tpu_node_t* node);
 /* The pure tile function of an elementwise node (NULL if its kernel is not one). */
 tpu_tile_fn tpu__elementwise_tile_fn(const tpu_node_t* node);
