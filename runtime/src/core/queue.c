@@ -14,11 +14,12 @@
  * arbitrarily far ahead would hold every intermediate of the run-ahead alive at once
  * (and touch fresh pages for each).
  *
- * Tiny ops run inline: when the queue is idle and a node touches at most INLINE_BYTES,
- * the submitting thread runs it itself under the same execution lock the worker holds,
- * so order is kept, while a wake-up of the worker and two context switches (several
- * microseconds, more than the op) are saved. Its error is still reported at the next
- * synchronize, as if it had run on the queue. */
+ * Small ops run inline: when the queue is idle and a node touches at most INLINE_BYTES
+ * (an elementwise node the driver could fuse: INLINE_EW_BYTES, as its cost is its
+ * memory traffic), the submitting thread runs it itself under the same execution lock
+ * the worker holds, so order is kept, while a wake-up of the worker and two context
+ * switches (5-20 microseconds, more than such an op) are saved. Its error is still
+ * reported at the next synchronize, as if it had run on the queue. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@
 #define MAX_DEVICES 64
 
 #define INLINE_BYTES (32 << 10)
+#define INLINE_EW_BYTES (512 << 10) /* ~10-20 us of traffic: about one worker wake-up */
 
 typedef struct queue_s {
   pthread_mutex_t mu;
@@ -120,14 +122,16 @@ static queue_t* get_queue(int device) {
   return &queues[device];
 }
 
-static bool node_is_tiny(const tpu_node_t* n) {
+static bool node_is_small(const tpu_node_t* n) {
   if (n->kind == TPU_KIND_GRAPH) return false;
+  tpu_driver_t* drv = tpu__driver();
+  int64_t limit = drv->vt->can_fuse && drv->vt->can_fuse(drv, n) ? INLINE_EW_BYTES : INLINE_BYTES;
   int64_t bytes = 0;
   for (int i = 0; i < n->n_in + n->n_out; ++i) {
     const tpu_operand_t* op = i < n->n_in ? &n->in[i] : &n->out[i - n->n_in];
     if (!op->value || op->ndim < 0) continue;
     bytes += tpu__operand_numel(op) * (int64_t)tpu_dtype_size(op->dtype);
-    if (bytes > INLINE_BYTES) return false;
+    if (bytes > limit) return false;
   }
   return true;
 }
@@ -146,7 +150,7 @@ tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) {
     pthread_detach(q->thread);
     q->started = true;
   }
-  if (!wait && q->completed == q->submitted && node_is_tiny(n) &&
+  if (!wait && q->completed == q->submitted && node_is_small(n) &&
       !pthread_equal(pthread_self(), q->thread)) {
     ++q->submitted;
     pthread_mutex_lock(&q->exec_mu); /* before q->mu is released: nothing queued after

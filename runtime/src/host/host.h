@@ -98,9 +98,11 @@ typedef tpu_status_t (*tpu_parallel_fn)(void* ctx, int64_t begin, int64_t end, i
 int tpu__num_threads(void);
 /* How many chunks tpu__parallel_for(n, grain, ...) splits into: min(threads, ceil(n/grain)). */
 int tpu__parallel_chunks(int64_t n, int64_t grain);
-/* Runs fn over [0, n) split statically into tpu__parallel_chunks(n, grain) contiguous
- * chunks; chunk tid runs on thread tid (the caller is thread 0), so kernels index
- * per-thread scratch by tid (< tpu__num_threads()). Runs serially, as chunk 0 = [0, n),
+/* Runs fn over [0, n) split into tpu__parallel_chunks(n, grain) fixed contiguous chunks;
+ * the caller (thread 0) and the pool's threads claim chunks as they get to them, and fn
+ * gets the running thread's index as tid, so kernels index per-thread scratch by tid
+ * (< tpu__num_threads()); a thread may run several chunks, one after another, and a
+ * chunk's range never depends on who runs it. Runs serially, as chunk 0 = [0, n),
  * when there is one chunk or when called from inside a region (nested). When another
  * thread holds the pool the same chunks run one after another on the caller. Returns the
  * first error in chunk order (the others are freed). BLAS runs single-threaded

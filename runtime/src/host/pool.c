@@ -1,9 +1,9 @@
 /* The host driver's thread pool (declarations and contract in host/host.h).
  *
- * One process-wide pool of persistent workers, sized once. A parallel region hands out
- * its chunks statically: chunk c of k covers [c*n/k, (c+1)*n/k) and runs on thread c,
- * the caller being thread 0, so a kernel that combines per-chunk partials in chunk order
- * gets the same answer every run. Only one region runs at a time; a caller that finds
+ * One process-wide pool of persistent workers, sized once. A parallel region splits its
+ * range into k fixed chunks, chunk c covering [c*n/k, (c+1)*n/k); the caller and the
+ * workers claim chunks as they get to them, so a kernel that combines per-chunk partials
+ * in chunk order gets the same answer every run. Only one region runs at a time; a caller that finds
  * the pool busy (another device's queue thread) or that is itself inside a region runs
  * serially instead of queueing, so the machine is never oversubscribed. BLAS runs
  * single-threaded inside whatever thread calls it (host/linalg.c splits large products
@@ -21,6 +21,8 @@ typedef struct region_s {
   void* ctx;
   int64_t n;
   int chunks;
+  atomic_int next;                /* the next chunk to claim */
+  atomic_int finished;            /* chunks run to completion */
   tpu_status_t errs[MAX_THREADS]; /* per chunk; combined in chunk order */
 } region_t;
 
@@ -29,8 +31,8 @@ typedef struct pool_s {
   pthread_mutex_t busy; /* held by the thread running a region */
   pthread_mutex_t mu;
   pthread_cond_t cv_start, cv_done;
-  uint64_t generation;  /* bumped per region; workers run chunks of the new one */
-  int pending;          /* worker chunks of the current region not finished */
+  uint64_t generation;  /* bumped per region; workers join the new one */
+  int active;           /* workers inside the current region (they may touch it) */
   region_t* region;
   pthread_t threads[MAX_THREADS];
   int started; /* workers actually running */
@@ -42,9 +44,15 @@ static _Thread_local bool in_region;
 
 bool tpu__in_parallel_region(void) { return in_region; }
 
-static void run_chunk(region_t* r, int c) {
+static void run_chunk(region_t* r, int c, int tid) {
   int64_t b = r->n * c / r->chunks, e = r->n * (c + 1) / r->chunks;
-  r->errs[c] = b < e ? r->fn(r->ctx, b, e, c) : NULL;
+  r->errs[c] = b < e ? r->fn(r->ctx, b, e, tid) : NULL;
+  atomic_fetch_add(&r->finished, 1);
+}
+
+/* Claims and runs chunks until none is left. */
+static void run_claimed(region_t* r, int tid) {
+  for (int c; (c = atomic_fetch_add(&r->next, 1)) < r->chunks;) run_chunk(r, c, tid);
 }
 
 static void* worker_main(void* arg) {
@@ -56,11 +64,12 @@ static void* worker_main(void* arg) {
     while (pool.generation == seen) pthread_cond_wait(&pool.cv_start, &pool.mu);
     seen = pool.generation;
     region_t* r = pool.region;
-    if (!r || tid >= r->chunks) continue; /* a region this worker has no chunk in */
+    if (!r) continue; /* the region ended before this worker woke */
+    pool.active++;
     pthread_mutex_unlock(&pool.mu);
-    run_chunk(r, tid);
+    run_claimed(r, tid);
     pthread_mutex_lock(&pool.mu);
-    if (--pool.pending == 0) pthread_cond_signal(&pool.cv_done);
+    if (--pool.active == 0) pthread_cond_signal(&pool.cv_done);
   }
   return NULL;
 }
@@ -117,24 +126,29 @@ static tpu_status_t combine(region_t* r) {
   return first;
 }
 
+/* The caller and the woken workers claim chunks from a counter: a worker that wakes late
+ * (its core busy with another process) finds fewer or no chunks left instead of holding
+ * the region up, so a region costs at most about its serial time. Chunk c always covers
+ * the same range, whoever runs it, and errors combine in chunk order. */
 tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx) {
   if (n <= 0) return NULL;
   int chunks = tpu__parallel_chunks(n, grain);
   if (chunks <= 1 || in_region || pthread_mutex_trylock(&pool.busy) != 0)
     return chunks <= 1 || in_region ? fn(ctx, 0, n, 0) : tpu__parallel_serial(n, chunks, fn, ctx);
-  region_t r = {fn, ctx, n, chunks, {0}};
+  region_t r = {fn, ctx, n, chunks};
+  atomic_init(&r.next, 0);
+  atomic_init(&r.finished, 0);
   pthread_mutex_lock(&pool.mu);
   pool.region = &r;
-  pool.pending = chunks - 1;
   pool.generation++;
   pthread_cond_broadcast(&pool.cv_start);
   pthread_mutex_unlock(&pool.mu);
   in_region = true;
-  run_chunk(&r, 0);
+  run_claimed(&r, 0);
   in_region = false;
   pthread_mutex_lock(&pool.mu);
-  while (pool.pending > 0) pthread_cond_wait(&pool.cv_done, &pool.mu);
-  pool.region = NULL;
+  pool.region = NULL; /* workers that wake from now on skip it */
+  while (pool.active > 0 || atomic_load(&r.finished) < chunks) pthread_cond_wait(&pool.cv_done, &pool.mu);
   pthread_mutex_unlock(&pool.mu);
   pthread_mutex_unlock(&pool.busy);
   return combine(&r);
