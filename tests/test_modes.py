@@ -127,6 +127,29 @@ def test_defer_fuses_row_reductions_into_groups(shape):
     assert c["kernels"] == 3 and c["internal_values"] >= 5
 
 
+def test_defer_row_reduction_with_dead_output():
+    """A group-ending reduction whose result nobody keeps (a discarded softmax, a layer
+    norm read only for its statistics) still writes its outputs (it crashed when they were
+    taken for group-internal values)."""
+    x = torch.randn(32, 40)
+
+    def f(t):
+        torch.softmax(t * 2.0, -1)  # result discarded
+        _, mu, rs = torch.native_layer_norm(t + 1.0, (40,), None, None, 1e-5)
+        return mu, rs
+
+    with torchtpu.set_eager_mode("strict"):
+        ref = [r.cpu() for r in f(x.to("tpu"))]
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        xd = x.to("tpu")
+        torch.tpu.synchronize()
+        torchtpu.explain(clear=True)
+        got = [r.cpu() for r in f(xd)]
+    for a, b in zip(ref, got):
+        assert torch.equal(a, b)
+    assert torchtpu.explain()[-1]["fused_reductions"] == 2, str(torchtpu.explain())
+
+
 def test_defer_donates_dead_inputs_outside_groups():
     """An elementwise op that cannot join a group (its neighbours are not elementwise)
     writes into the buffer of an input that dies with it: no new memory, same result."""

@@ -536,7 +536,9 @@ static tpu_status_t partition(tpu_graph_t* g) {
       for (int q = 0; q < k && !born; ++q)
         born = g->internal[members[q]] && g->nodes[members[q]]->variant == TPU_VARIANT_FUNCTIONAL &&
                g->nodes[members[q]]->out[0].value == o->value;
-      bool internal = m > 1 && born && atomic_load(&o->value->refs) == refs_in(g->nodes, members, m, o->value);
+      /* (an ending row reduction writes memory, never tile buffers: not internal) */
+      bool internal = m > 1 && born && fusable[idx] &&
+                      atomic_load(&o->value->refs) == refs_in(g->nodes, members, m, o->value);
       for (int r = 0; internal && r < m; ++r) {
         if (r == k) continue;
         const tpu_node_t* rn = g->nodes[members[r]];
