@@ -363,24 +363,91 @@ def _hf_candidates(model, cfg, cls_name):
 
 # ----------------------------------------------------------------------------- timm
 
+_TIMM_DEPTHS = ("layers", "depths", "stages", "num_blocks_list", "block_repeats", "num_blocks")
+
+
+def _timm_shrink(v, key=""):
+    """Fewer blocks per stage in one timm constructor argument (kwargs, a model-config
+    dataclass, an hrnet stage dict or decoded EfficientNet block args). Widths stay as
+    they are: group sizes, SE ratios and head splits are tied to them."""
+    import dataclasses
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        ch = {f.name: _timm_shrink(getattr(v, f.name), f.name) for f in dataclasses.fields(v)}
+        if type(v).__name__ == "ByoBlockCfg" and isinstance(v.d, int):
+            ch["d"] = min(v.d, 1)
+        return dataclasses.replace(v, **{k: x for k, x in ch.items() if x is not getattr(v, k)})
+    if isinstance(v, dict):
+        out = {k: _timm_shrink(x, k) for k, x in v.items()}
+        if isinstance(out.get("num_modules"), int):
+            out["num_modules"] = 1
+        return out
+    ints = isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    if key in _TIMM_DEPTHS and ints:
+        return type(v)(min(x, 1) for x in v)
+    if key in ("depth", "num_blocks") and isinstance(v, int) and not isinstance(v, bool) and v > 2:
+        return 2
+    if key == "block_args" and isinstance(v, (list, tuple)) and v and all(isinstance(x, list) and x for x in v):
+        return [stage[:1] for stage in v]  # the first block of a stage carries its stride
+    if isinstance(v, (list, tuple)) and key in ("blocks",):
+        return type(v)(_timm_shrink(x) for x in v)
+    return v
+
+
+def _timm_shrunk_kwargs(kw, cls_name):
+    kw = {k: _timm_shrink(v, k) for k, v in kw.items()}
+    if cls_name == "VGG":  # the 4096-wide 7x7 head holds most of the weights
+        kw["mlp_ratio"] = 0.25
+    return kw
+
+
+class _timm_shrinking:
+    """Shrinks the arguments timm's entrypoints hand to build_model_with_cfg (each model
+    module imports it by name, so it is patched there) while the context is active."""
+    def __enter__(self):
+        import sys
+        import timm.models._builder as B
+        self.orig = orig = B.build_model_with_cfg
+
+        def build(model_cls, variant, pretrained, *a, **kw):
+            return orig(model_cls, variant, pretrained, *a, **_timm_shrunk_kwargs(kw, model_cls.__name__))
+        self.mods = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("timm.models.")
+                     and getattr(m, "build_model_with_cfg", None) is orig]
+        for m in self.mods:
+            m.build_model_with_cfg = build
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.mods:
+            m.build_model_with_cfg = self.orig
+
+
 def _timm_build(name):
+    import contextlib
     import timm
-    tries = [dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), dict(img_size=IMG), {}]
+    # (kwargs, shrink blocks per stage): the plain model first; fewer blocks only when
+    # the plain one is over MAX_PARAMS
+    tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), False), (dict(img_size=IMG), False),
+             ({}, False), (dict(img_size=IMG), True), ({}, True)]
     last = None
-    for kw in tries:
+    too_large = None
+    for kw, shrink in tries:
+        ctx = _timm_shrinking() if shrink else contextlib.nullcontext()
         try:
-            _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
-            torch.manual_seed(0)
-            model = timm.create_model(name, pretrained=False, num_classes=10, **kw)
+            with ctx:
+                _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
+                torch.manual_seed(0)
+                model = timm.create_model(name, pretrained=False, num_classes=10, **kw)
             break
-        except Excluded:
-            if kw:
-                continue
-            raise
+        except Excluded as e:
+            too_large = e
         except Exception as e:
             last = e
     else:
+        if too_large is not None:
+            raise too_large
         raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
+    if shrink:
+        kw = dict(kw, blocks_per_stage="shrunk")
     model.eval()
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     c, h, w = cfg.get("input_size", (3, 224, 224))
