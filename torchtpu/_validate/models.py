@@ -104,13 +104,15 @@ _LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_la
 _HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim",
            "projection_dim", "word_embed_proj_dim", "embedding_size", "d_embed",
            "encoder_hidden_size", "decoder_hidden_size", "text_embed_dim", "vision_embed_dim",
-           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim")
+           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim", "d_latents",
+           # sub-config widths that must equal the text model's hidden size
+           "out_hidden_size", "text_hidden_size", "audio_hidden_size")
 _HEADS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
           "decoder_attention_heads", "n_heads", "num_attention_heads_per_layer")
 _FFN = ("intermediate_size", "ffn_dim", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
         "d_ff", "moe_intermediate_size", "shared_expert_intermediate_size", "d_inner",
         "decoder_intermediate_size", "encoder_intermediate_size", "ff_dim", "mlp_dim",
-        "dense_intermediate_size")
+        "dense_intermediate_size", "expert_ffn_hidden_size")
 _POS = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
         "max_length", "max_seq_len", "max_sequence_length", "seq_length", "block_size")
 _EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -124,6 +126,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
     position tables assume them). layers_only: shrink only layer, vocab and expert counts
     (for models whose widths are tied by constraints the generic rules break)."""
     old_layers = {}
+    orig = dict(d)
     for k, v in list(d.items()):
         if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
             _shrink_dict(v, keep_images, layers_only)
@@ -147,9 +150,12 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
             elif k in _HEADS and v > 4:
                 d[k] = 4
             elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") and v > 2:
-                d[k] = 4 if v == max((d.get(h) or 0) for h in _HEADS if isinstance(d.get(h), int)) else 2
+                # as many key/value heads as query heads stays so (MLA, MHA); grouped gets 2
+                d[k] = 4 if v == max((orig.get(h) or 0) for h in _HEADS if isinstance(orig.get(h), int)) else 2
             elif (k == "head_dim" or k.endswith("_head_dim") or k == "kv_channels" or k == "attention_head_size" or k == "dim_head") and v > 16:
                 d[k] = 16
+            elif k in ("rotary_dim", "rotary_emb_dim") and v > 8:
+                d[k] = 8  # a part of head_dim (16 after shrinking)
             elif k.endswith("lora_rank") and v > 16:
                 d[k] = 16
             elif k in _FFN and v > 64:
@@ -167,7 +173,9 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
             elif k == "num_labels":
                 d[k] = 2
             elif k in ("codebook_size", "num_codebooks_vocab") and v > _VOCAB:
-                d[k] = _VOCAB
+                d[k] = 512 if v & (v - 1) == 0 else _VOCAB  # some require a power of 2
+            elif k == "upsample_initial_channel" and v > 64:
+                d[k] = 64
         elif layers_only:
             continue
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
@@ -196,7 +204,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
             d.pop(k, None)
     # vocab sizes and the token ids that must stay inside them
     for k, v in list(d.items()):
-        if isinstance(v, int) and not isinstance(v, bool) and k.endswith("vocab_size") and v > _VOCAB:
+        if isinstance(v, int) and not isinstance(v, bool) and "vocab_size" in k and v > _VOCAB:
             d[k] = _VOCAB
     big = {}
     for k, v in list(d.items()):
@@ -206,16 +214,73 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
         elif k.endswith("token_id") and isinstance(v, list):
             d[k] = [big.setdefault(x, _VOCAB - 1 - len(big)) if isinstance(x, int) and x >= _VOCAB - 10 else x
                     for x in v]
-    # per-layer lists sized by the old layer count
+    # per-layer lists sized by the old layer count: the kept layers cover every layer type
     for old in set(old_layers.values()):
+        keep = _layers_to_keep(d, old)
+        if len(keep) > 2:
+            for k, n in old_layers.items():
+                if n == old:
+                    d[k] = len(keep)
         for k, v in list(d.items()):
             if isinstance(v, list) and len(v) == old:
-                d[k] = v[:2]
+                d[k] = [v[i] for i in keep]
+        plc = d.get("per_layer_config")
+        if isinstance(plc, dict):  # {layer index: overrides}
+            d["per_layer_config"] = {new: _shrink_dict(dict(plc[o]), keep_images, layers_only)
+                                     for new, i in enumerate(keep) for o in plc if int(o) == i}
+    if not layers_only:
+        # Mamba heads: hidden_size * expand == heads * head_dim
+        for nh, hd, ex in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
+            vals = [d.get(x) for x in (nh, hd, ex, "hidden_size")]
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in vals) and \
+                    any(k in d for k in ("state_size", "ssm_state_size", "mamba_d_state")):
+                d[hd] = vals[3] * vals[2] // vals[0]
+                if isinstance(d.get("n_groups"), int) and d["n_groups"] > 1:
+                    d["n_groups"] = 1  # heads are split into groups
     if "use_cache" in d:
         d["use_cache"] = False
     if "pad_token_id" in d and d["pad_token_id"] is None:
         d["pad_token_id"] = 0  # sequence-classification heads need one for batch > 1
     return d
+
+
+def _layers_to_keep(d, old):
+    """Indices of the layers kept when `old` layers become 2: the first two, or the first
+    layer of each distinct type in a per-layer string list (layer_types), so that a model
+    needing a full-attention or a mamba layer still has one."""
+    keep = [0, 1]
+    for k, v in d.items():
+        if isinstance(v, list) and len(v) == old and v and all(isinstance(x, str) for x in v):
+            first = {}
+            for i, x in enumerate(v):
+                first.setdefault(x, i)
+            if len(first) > 1:
+                keep = sorted(set(keep[:1]) | set(first.values()))[:4]
+                if len(keep) < 2:
+                    keep = [0, 1]
+    return keep
+
+
+def _mrope(d, modeling_src):
+    """Multimodal rope sections (t, h, w) must sum to half the rotary dim; models whose
+    code has a default section for the full-size head dim get one for the shrunk one."""
+    for v in d.values():
+        if isinstance(v, dict):
+            _mrope(v, modeling_src)
+    rp = d.get("rope_parameters")
+    if not isinstance(rp, dict) or "rope_type" not in rp or "mrope_section" in rp \
+            or '"mrope_section"' not in modeling_src:
+        return
+    hd = d.get("head_dim")
+    if not isinstance(hd, int):
+        h, n = d.get("hidden_size"), d.get("num_attention_heads")
+        if not (isinstance(h, int) and isinstance(n, int) and n):
+            return
+        hd = h // n
+    prf = rp.get("partial_rotary_factor", d.get("partial_rotary_factor")) or 1.0
+    half = int(hd * prf) // 2
+    third = half * 3 // 8
+    rp["mrope_section"] = [half - 2 * third, third, third]
 
 
 def _hf_build(model_type, cls_name, variant=0):
@@ -229,6 +294,12 @@ def _hf_build(model_type, cls_name, variant=0):
     except Exception as e:
         raise Excluded(f"config for {model_type}: {type(e).__name__}: {e}")
     d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2)
+    if variant < 2:
+        try:
+            import sys
+            _mrope(d, inspect.getsource(sys.modules[cls.__module__]))
+        except (OSError, TypeError, KeyError):
+            pass
     for k in ("transformers_version", "architectures", "_name_or_path"):
         d.pop(k, None)
     try:
@@ -341,6 +412,9 @@ def _hf_candidates(model, cfg, cls_name):
         cands.append(("kw", (), add_decoder(dict(full))))
         if "attention_mask" in full:
             cands.append(("kw", (), add_decoder({"input_ids": full["input_ids"]})))
+        if "input_ids" not in sig and main in sig:  # e.g. Perceiver's `inputs`: ids, features or pixels
+            width = _get([text, cfg], "d_model", "hidden_size", default=64)
+            cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
     elif main == "pixel_values":
         x = {"pixel_values": pixels}
         if "input_ids" in sig and ("input_ids" in required or _sub(cfg, "text_config") is not None):
