@@ -237,6 +237,10 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                 d[hd] = vals[3] * vals[2] // vals[0]
                 if isinstance(d.get("n_groups"), int) and d["n_groups"] > 1:
                     d["n_groups"] = 1  # heads are split into groups
+    if d.get("num_experts_per_tok", 0) is None and any(isinstance(d.get(k), int) for k in _EXPERTS):
+        d["num_experts_per_tok"] = 2  # experts built but no routing width by default
+    if d.get("default_language") is None and isinstance(d.get("languages"), list) and d["languages"]:
+        d["default_language"] = d["languages"][0]  # X-MOD needs one adapter language
     if "use_cache" in d:
         d["use_cache"] = False
     if "pad_token_id" in d and d["pad_token_id"] is None:
@@ -382,14 +386,19 @@ def _hf_candidates(model, cfg, cls_name):
     required = [n for n, p in sig.items() if p.default is inspect.Parameter.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
 
+    eos = _get([text, cfg], "eos_token_id")
+    seq_cls_enc_dec = getattr(cfg, "is_encoder_decoder", False) and "ForSequenceClassification" in cls_name
+
     def text_inputs():
         x = {"input_ids": ids()}
+        if seq_cls_enc_dec and isinstance(eos, int) and 0 <= eos < vocab:
+            x["input_ids"][:, -1] = eos  # the head pools the last <eos>; decoder ids come from input_ids
         if "attention_mask" in sig:
             x["attention_mask"] = torch.ones_like(x["input_ids"])
         return x
 
     def add_decoder(x):
-        if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in sig:
+        if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in sig and not seq_cls_enc_dec:
             x["decoder_input_ids"] = ids((BATCH, SEQ // 2))
         return x
 
@@ -432,6 +441,15 @@ def _hf_candidates(model, cfg, cls_name):
             if "input_ids" in sig and "input_ids" in required:
                 x.update(text_inputs())
             cands.append(("kw", (), x))
+
+    def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
+        a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
+        return torch.cat([a, a + b], -1)
+    fill = {"input_ids": lambda: ids(), "pixel_values": lambda: pixels, "bbox": boxes}
+    for _, _, x in cands:  # required arguments the generators above left out
+        for n in required + [n for n in ("bbox",) if n in sig]:
+            if n not in x and n in fill:
+                x[n] = fill[n]()
     return cands
 
 
