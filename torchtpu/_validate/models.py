@@ -237,6 +237,16 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                 d[hd] = vals[3] * vals[2] // vals[0]
                 if isinstance(d.get("n_groups"), int) and d["n_groups"] > 1:
                     d["n_groups"] = 1  # heads are split into groups
+    if "head_dim" in d and d["head_dim"] is None and isinstance(d.get("hidden_size"), int) \
+            and isinstance(d.get("num_attention_heads"), int) and d["num_attention_heads"]:
+        d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]  # code that reads it unguarded
+    if isinstance(d.get("num_queries"), int) and d["num_queries"] > 100:
+        d["num_queries"] = 32  # top-k over the encoder tokens of a 64x64 image
+    oi = d.get("backbone_out_indices")
+    if old_layers and isinstance(oi, list) and oi and all(isinstance(x, int) for x in oi):
+        for k in old_layers:  # one layer per output the neck expects
+            d[k] = max(2, len(oi))
+        d["backbone_out_indices"] = list(range(len(oi)))
     if d.get("num_experts_per_tok", 0) is None and any(isinstance(d.get(k), int) for k in _EXPERTS):
         d["num_experts_per_tok"] = 2  # experts built but no routing width by default
     if d.get("default_language") is None and isinstance(d.get("languages"), list) and d["languages"]:
