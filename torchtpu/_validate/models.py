@@ -468,18 +468,40 @@ def _hf_candidates(model, cfg, cls_name):
 _TIMM_DEPTHS = ("layers", "depths", "stages", "num_blocks_list", "block_repeats", "num_blocks")
 
 
-def _timm_shrink(v, key=""):
+_TIMM_WIDTHS = ("embed_dim", "embed_dims", "dims", "widths", "channels", "w0", "wa", "group_size",
+                "stem_width", "stem_chs", "num_features")
+
+
+def _narrow(x, div):
+    """x / div, a multiple of 8 when x is one (channel counts quantized to 8)."""
+    if isinstance(x, float):
+        return x / div
+    y = x // div
+    return max(8, y // 8 * 8) if x % 8 == 0 else y
+
+
+def _timm_shrink(v, key="", widths=0):
     """Fewer blocks per stage in one timm constructor argument (kwargs, a model-config
-    dataclass, an hrnet stage dict or decoded EfficientNet block args). Widths stay as
-    they are: group sizes, SE ratios and head splits are tied to them."""
+    dataclass, an hrnet stage dict or decoded EfficientNet block args). widths: also a
+    quarter of the channel widths (only tried when fewer blocks are not enough: group
+    sizes, SE ratios and head splits are tied to them, so it fails for some models)."""
     import dataclasses
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        ch = {f.name: _timm_shrink(getattr(v, f.name), f.name) for f in dataclasses.fields(v)}
+        ch = {f.name: _timm_shrink(getattr(v, f.name), f.name, widths) for f in dataclasses.fields(v)}
         if type(v).__name__ == "ByoBlockCfg" and isinstance(v.d, int):
             ch["d"] = min(v.d, 1)
+        if type(v).__name__ == "RegNetCfg":
+            ch["depth"] = v.depth  # RegNet's depth is spread over exactly 4 stages
         return dataclasses.replace(v, **{k: x for k, x in ch.items() if x is not getattr(v, k)})
+    if widths and key in _TIMM_WIDTHS and not isinstance(v, bool):
+        if isinstance(v, (int, float)) and v >= 32:
+            return _narrow(v, widths)
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            return type(v)(_narrow(x, widths) if x >= 32 else x for x in v)
+    if widths and key == "width_factor" and isinstance(v, int) and v > 1:
+        return 1
     if isinstance(v, dict):
-        out = {k: _timm_shrink(x, k) for k, x in v.items()}
+        out = {k: _timm_shrink(x, k, widths) for k, x in v.items()}
         if isinstance(out.get("num_modules"), int):
             out["num_modules"] = 1
         return out
@@ -491,12 +513,17 @@ def _timm_shrink(v, key=""):
     if key == "block_args" and isinstance(v, (list, tuple)) and v and all(isinstance(x, list) and x for x in v):
         return [stage[:1] for stage in v]  # the first block of a stage carries its stride
     if isinstance(v, (list, tuple)) and key in ("blocks",):
-        return type(v)(_timm_shrink(x) for x in v)
+        return type(v)(_timm_shrink(x, "", widths) for x in v)
     return v
 
 
-def _timm_shrunk_kwargs(kw, cls_name):
-    kw = {k: _timm_shrink(v, k) for k, v in kw.items()}
+def _timm_shrunk_kwargs(kw, cls_name, widths=0):
+    old = kw.get("depth")
+    kw = {k: _timm_shrink(v, k, widths) for k, v in kw.items()}
+    if isinstance(old, int) and kw.get("depth") != old:  # per-block tuples follow the depth
+        for k, v in kw.items():
+            if isinstance(v, (list, tuple)) and len(v) == old:
+                kw[k] = type(v)(v[:kw["depth"]])
     if cls_name == "VGG":  # the 4096-wide 7x7 head holds most of the weights
         kw["mlp_ratio"] = 0.25
     return kw
@@ -505,13 +532,16 @@ def _timm_shrunk_kwargs(kw, cls_name):
 class _timm_shrinking:
     """Shrinks the arguments timm's entrypoints hand to build_model_with_cfg (each model
     module imports it by name, so it is patched there) while the context is active."""
+    def __init__(self, widths=0):
+        self.widths = widths
+
     def __enter__(self):
         import sys
         import timm.models._builder as B
         self.orig = orig = B.build_model_with_cfg
 
         def build(model_cls, variant, pretrained, *a, **kw):
-            return orig(model_cls, variant, pretrained, *a, **_timm_shrunk_kwargs(kw, model_cls.__name__))
+            return orig(model_cls, variant, pretrained, *a, **_timm_shrunk_kwargs(kw, model_cls.__name__, self.widths))
         self.mods = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("timm.models.")
                      and getattr(m, "build_model_with_cfg", None) is orig]
         for m in self.mods:
@@ -526,14 +556,15 @@ class _timm_shrinking:
 def _timm_build(name):
     import contextlib
     import timm
-    # (kwargs, shrink blocks per stage): the plain model first; fewer blocks only when
-    # the plain one is over MAX_PARAMS
-    tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), False), (dict(img_size=IMG), False),
-             ({}, False), (dict(img_size=IMG), True), ({}, True)]
+    # (kwargs, shrink): the plain model first; when it is over MAX_PARAMS, fewer blocks per
+    # stage ("blocks"), then also narrower stages ("blocks+widths")
+    tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=IMG), None),
+             ({}, None), (dict(img_size=IMG), "blocks"), ({}, "blocks"),
+             (dict(img_size=IMG), 4), ({}, 4), (dict(img_size=IMG), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
     last = None
     too_large = None
     for kw, shrink in tries:
-        ctx = _timm_shrinking() if shrink else contextlib.nullcontext()
+        ctx = _timm_shrinking(widths=0 if shrink == "blocks" else shrink) if shrink else contextlib.nullcontext()
         try:
             with ctx:
                 _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
@@ -549,7 +580,7 @@ def _timm_build(name):
             raise too_large
         raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
     if shrink:
-        kw = dict(kw, blocks_per_stage="shrunk")
+        kw = dict(kw, blocks_per_stage="shrunk", **({"widths": f"1/{shrink}"} if shrink != "blocks" else {}))
     model.eval()
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     c, h, w = cfg.get("input_size", (3, 224, 224))
