@@ -8,6 +8,8 @@ random (`from_config`, `pretrained=False`, `weights=None, weights_backbone=None`
 input sets; the runner uses the first candidate whose CPU forward works."""
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 import os
 from dataclasses import dataclass, field
@@ -346,6 +348,12 @@ def _check_size(make):
         raise Excluded(f"too large after shrinking ({n / 1e6:.0f}M parameters)")
 
 
+def _check_built_size(model):
+    n = sum(p.numel() for p in model.parameters())
+    if n > MAX_PARAMS:
+        raise Excluded(f"too large after shrinking ({n / 1e6:.0f}M parameters)")
+
+
 def _sub(cfg, *names):
     for n in names:
         s = getattr(cfg, n, None)
@@ -554,7 +562,6 @@ class _timm_shrinking:
 
 
 def _timm_build(name):
-    import contextlib
     import timm
     # (kwargs, shrink): the plain model first; when it is over MAX_PARAMS, fewer blocks per
     # stage ("blocks"), then also narrower stages ("blocks+widths")
@@ -570,6 +577,7 @@ def _timm_build(name):
                 _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
                 torch.manual_seed(0)
                 model = timm.create_model(name, pretrained=False, num_classes=10, **kw)
+            _check_built_size(model)
             break
         except Excluded as e:
             too_large = e
@@ -597,6 +605,54 @@ def _timm_build(name):
 
 # ----------------------------------------------------------------------------- torchvision
 
+class _tv_shrinking:
+    """One block per stage (two encoder layers for ViT) in torchvision's family builders
+    (module-level functions each model entrypoint calls by name) while active."""
+    @staticmethod
+    def _one_per_stage(settings):
+        out = []
+        for c in settings:
+            c = copy.copy(c)
+            c.num_layers = 1
+            out.append(c)
+        return out
+
+    @staticmethod
+    def _regnet_params(p):
+        p = copy.copy(p)  # a quarter of the widths, in whole groups (group widths quartered too)
+        p.depths = [1] * len(p.depths)
+        p.group_widths = [max(1, w // 4) for w in p.group_widths]
+        p.widths = [max(g, w // 4 // g * g) for w, g in zip(p.widths, p.group_widths)]
+        return p
+
+    def __enter__(self):
+        import torchvision.models as tvm
+        edits = {"layers": lambda v: [1] * len(v),
+                 "num_layers": lambda v: min(v, 2),
+                 "block_params": self._regnet_params,
+                 "block_setting": self._one_per_stage,
+                 "inverted_residual_setting": self._one_per_stage}
+        self.saved = []
+        for mod, fn in ((tvm.resnet, "_resnet"), (tvm.vision_transformer, "_vision_transformer"),
+                        (tvm.regnet, "_regnet"), (tvm.convnext, "_convnext"), (tvm.efficientnet, "_efficientnet")):
+            orig = getattr(mod, fn)
+            sig = inspect.signature(orig)
+
+            def shrunk(*a, _orig=orig, _sig=sig, **kw):
+                b = _sig.bind(*a, **kw)
+                for k, f in edits.items():
+                    if k in b.arguments:
+                        b.arguments[k] = f(b.arguments[k])
+                return _orig(*b.args, **b.kwargs)
+            self.saved.append((mod, fn, orig))
+            setattr(mod, fn, shrunk)
+        return self
+
+    def __exit__(self, *exc):
+        for mod, fn, orig in self.saved:
+            setattr(mod, fn, orig)
+
+
 def _tv_build(kind, name):
     import torchvision.models as tvm
     g = torch.Generator().manual_seed(0)
@@ -606,24 +662,32 @@ def _tv_build(kind, name):
     elif kind == "segmentation":
         tries = [dict(base, num_classes=5, weights_backbone=None, aux_loss=False)]
     elif kind == "detection":
-        tries = [dict(base, num_classes=5, weights_backbone=None, min_size=IMG, max_size=96)]
+        # SSD entrypoints set their own min_size
+        tries = [dict(base, num_classes=5, weights_backbone=None, min_size=IMG, max_size=96),
+                 dict(base, num_classes=5, weights_backbone=None)]
     elif kind == "video":
         tries = [dict(base, num_classes=10)]
     else:
         tries = [dict(base)]
-    last = None
-    for kw in tries:
+    last = too_large = None
+    for kw, shrink in [(kw, False) for kw in tries] + [(kw, True) for kw in tries]:
         try:
-            _check_size(lambda: tvm.get_model(name, **kw))
-            torch.manual_seed(0)
-            model = tvm.get_model(name, **kw)
+            with _tv_shrinking() if shrink else contextlib.nullcontext():
+                _check_size(lambda: tvm.get_model(name, **kw))
+                torch.manual_seed(0)
+                model = tvm.get_model(name, **kw)
+            _check_built_size(model)  # when the meta-device count above could not run
             break
-        except Excluded:
-            raise
+        except Excluded as e:
+            too_large = e
         except Exception as e:
             last = e
     else:
+        if too_large is not None:
+            raise too_large
         raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
+    if shrink:
+        kw = dict(kw, blocks_per_stage="shrunk")
     model.eval()
     if kind in ("classification", "segmentation"):
         cands = [("args", (torch.randn(BATCH, 3, s, s, generator=g),), {}) for s in (IMG, 96, 128, 224)]
