@@ -106,7 +106,7 @@ _LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_la
 _HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim",
            "projection_dim", "word_embed_proj_dim", "embedding_size", "d_embed",
            "encoder_hidden_size", "decoder_hidden_size", "text_embed_dim", "vision_embed_dim",
-           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim", "d_latents",
+           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim", "d_latents", "embedding_dim",
            # sub-config widths that must equal the text model's hidden size
            "out_hidden_size", "text_hidden_size", "audio_hidden_size")
 _HEADS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
@@ -192,8 +192,12 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                 d[k] = [min(x, 2) for x in v]
             elif k in ("image_size", "img_size") and max(v) > IMG and not keep_images:
                 d[k] = [IMG] * len(v)
-    if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int) and "qk_head_dim" in d:
-        d["qk_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int):
+        # MLA: head dims that were nope + rope stay so
+        was = orig["qk_nope_head_dim"] + orig["qk_rope_head_dim"]
+        for k in [k for k in d if k.endswith("head_dim") and not k.startswith(("qk_nope", "qk_rope", "v_"))]:
+            if k == "qk_head_dim" or orig.get(k) == was:
+                d[k] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
     for k in ("n_group", "topk_group"):
         if isinstance(d.get(k), int) and d[k] > 1:
             d[k] = 1
@@ -239,6 +243,10 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                 d[hd] = vals[3] * vals[2] // vals[0]
                 if isinstance(d.get("n_groups"), int) and d["n_groups"] > 1:
                     d["n_groups"] = 1  # heads are split into groups
+    if "vocab_size" in d and d["vocab_size"] is None and ("pad_token_id" in d or "mask_token_id" in d):
+        d["vocab_size"] = _VOCAB  # token heads need one (ESM, CTC heads default to None)
+    if "num_key_value_heads" in d and d["num_key_value_heads"] is None and isinstance(d.get("num_attention_heads"), int):
+        d["num_key_value_heads"] = d["num_attention_heads"]  # code that divides by it unguarded
     if "head_dim" in d and d["head_dim"] is None and isinstance(d.get("hidden_size"), int) \
             and isinstance(d.get("num_attention_heads"), int) and d["num_attention_heads"]:
         d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]  # code that reads it unguarded
@@ -331,7 +339,19 @@ def _hf_build(model_type, cls_name, variant=0):
     try:
         model = cls._from_config(cfg)
     except Exception as e:
-        raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
+        # a text or decoder class listed under a composite model type takes its sub-config
+        sub = cls.config_class is not type(cfg) and next(
+            (s for s in (getattr(cfg, n, None) for n in ("text_config", "decoder", "decoder_config", "language_config"))
+             if isinstance(s, cls.config_class or ())), None)
+        if not sub:
+            raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
+        cfg = sub
+        _check_size(lambda: cls._from_config(cfg))
+        torch.manual_seed(0)
+        try:
+            model = cls._from_config(cfg)
+        except Exception as e:
+            raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
     model.eval()
     return Built(model, _hf_candidates(model, cfg, cls_name))
 
@@ -450,6 +470,10 @@ def _hf_candidates(model, cfg, cls_name):
         if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in sig:
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
     elif main == "input_values":
+        mel = _get([aud, cfg], "num_mel_bins", default=None)
+        if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
+            frames = _get([aud, cfg], "max_length", default=128)
+            cands.append(("kw", (), {"input_values": torch.randn(BATCH, frames, mel, generator=g)}))
         for n in (1600, 4000, 16000):
             cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, n, generator=g)})))
         cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, 1, 4000, generator=g)})))
@@ -459,6 +483,19 @@ def _hf_candidates(model, cfg, cls_name):
             if "input_ids" in sig and "input_ids" in required:
                 x.update(text_inputs())
             cands.append(("kw", (), x))
+
+    if "grid_thw" in sig and "hidden_states" in required:
+        # Qwen-VL style vision towers: flattened patches of BATCH images, each a grid of
+        # (1, 2*merge, 2*merge) patches
+        p = _get([vis], "patch_size", default=14)
+        p = p[0] if isinstance(p, (list, tuple)) else p
+        tp = _get([vis], "temporal_patch_size", default=1)
+        tp = tp[0] if isinstance(tp, (list, tuple)) else tp
+        m = _get([vis], "spatial_merge_size", "merge_size", default=2)
+        c = _get([vis], "in_channels", "num_channels", default=3)
+        grid = torch.tensor([[1, 2 * m, 2 * m]] * BATCH)
+        n = int(grid.prod(-1).sum())
+        cands.insert(0, ("kw", (), {"hidden_states": torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
@@ -561,13 +598,15 @@ class _timm_shrinking:
             m.build_model_with_cfg = self.orig
 
 
-def _timm_build(name):
+def _timm_build(name, variant=0):
     import timm
     # (kwargs, shrink): the plain model first; when it is over MAX_PARAMS, fewer blocks per
     # stage ("blocks"), then also narrower stages ("blocks+widths")
     tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=IMG), None),
              ({}, None), (dict(img_size=IMG), "blocks"), ({}, "blocks"),
              (dict(img_size=IMG), 4), ({}, 4), (dict(img_size=IMG), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
+    if variant:
+        tries = [t for t in tries if not t[0]]
     last = None
     too_large = None
     for kw, shrink in tries:
@@ -705,7 +744,8 @@ def _tv_build(kind, name):
 def variants(model_id):
     """How many build variants to try (the next one when the CPU reference fails)."""
     # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts
-    return 3 if model_id.startswith("hf/") else 1
+    # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined
+    return {"hf": 3, "timm": 2}.get(model_id.split("/", 1)[0], 1)
 
 
 def build(model_id, variant=0):
@@ -714,7 +754,7 @@ def build(model_id, variant=0):
         mt, cls = rest.split("/")
         b = _hf_build(mt, cls, variant)
     elif src == "timm":
-        b = _timm_build(rest)
+        b = _timm_build(rest, variant)
     elif src == "tv":
         kind, name = rest.split("/")
         b = _tv_build(kind, name)
