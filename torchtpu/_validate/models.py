@@ -405,7 +405,7 @@ def _hf_candidates(model, cfg, cls_name):
     sig = inspect.signature(model.forward).parameters
     text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config") or cfg
     vis = _sub(cfg, "vision_config", "encoder", "image_encoder", "backbone_config") or cfg
-    aud = _sub(cfg, "audio_config", "encoder") or cfg
+    aud = _sub(cfg, "audio_config", "encoder", "encoder_config", "speech_config") or cfg
     g = torch.Generator().manual_seed(0)
     vocab = _get([text, cfg], "vocab_size", default=_VOCAB)
     if not isinstance(vocab, int):
@@ -448,6 +448,9 @@ def _hf_candidates(model, cfg, cls_name):
             cands.append(torch.randn(BATCH, mel, 2 * src, generator=g))
         cands.append(torch.randn(BATCH, 64, mel, generator=g))
         cands.append(torch.randn(BATCH, mel, 64, generator=g))
+        feat = _get([aud, cfg], "feature_size", "feature_projection_input_dim", default=None)
+        if isinstance(feat, int) and feat != mel:  # stacked frames (w2v-BERT, SeamlessM4T)
+            cands.append(torch.randn(BATCH, 64, feat, generator=g))
         return cands
 
     cands = []
@@ -496,6 +499,14 @@ def _hf_candidates(model, cfg, cls_name):
         grid = torch.tensor([[1, 2 * m, 2 * m]] * BATCH)
         n = int(grid.prod(-1).sum())
         cands.insert(0, ("kw", (), {"hidden_states": torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
+
+    if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
+        # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
+        n = (h // _get([vis], "patch_size")) * (w // _get([vis], "patch_size"))
+        noise = torch.rand(BATCH, n, generator=g)
+        for _, _, x in cands:
+            if "pixel_values" in x:
+                x["noise"] = noise
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
