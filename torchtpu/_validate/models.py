@@ -285,9 +285,22 @@ def _layers_to_keep(d, old):
     return keep
 
 
+def _modeling_source(model_type):
+    import importlib
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    name = model_type_to_module_name(model_type)
+    try:
+        return inspect.getsource(importlib.import_module(f"transformers.models.{name}.modeling_{name}"))
+    except Exception:
+        return ""
+
+
 def _mrope(d, modeling_src):
     """Multimodal rope sections (t, h, w) must sum to half the rotary dim; models whose
-    code has a default section for the full-size head dim get one for the shrunk one."""
+    code has a default section for the full-size head dim get one for the shrunk one.
+    A sub-config is checked against its own model type's code."""
+    if isinstance(d.get("model_type"), str):
+        modeling_src = modeling_src + _modeling_source(d["model_type"])
     for v in d.values():
         if isinstance(v, dict):
             _mrope(v, modeling_src)
@@ -467,6 +480,9 @@ def _hf_candidates(model, cfg, cls_name):
             cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
     elif main == "pixel_values":
         x = {"pixel_values": pixels}
+        frames = _get([vis, cfg], "num_frames", default=None)
+        if isinstance(frames, int):  # video models: (batch, frames, channels, height, width)
+            x = {"pixel_values": torch.randn(BATCH, frames, ch, h, w, generator=g)}
         if "input_ids" in sig and ("input_ids" in required or _sub(cfg, "text_config") is not None):
             cands.append(("kw", (), add_decoder(dict(x, **text_inputs()))))
         cands.append(("kw", (), add_decoder(x)))
@@ -487,7 +503,7 @@ def _hf_candidates(model, cfg, cls_name):
                 x.update(text_inputs())
             cands.append(("kw", (), x))
 
-    if "grid_thw" in sig and "hidden_states" in required:
+    if "grid_thw" in required and ("hidden_states" in required or "pixel_values" in required):
         # Qwen-VL style vision towers: flattened patches of BATCH images, each a grid of
         # (1, 2*merge, 2*merge) patches
         p = _get([vis], "patch_size", default=14)
@@ -498,7 +514,8 @@ def _hf_candidates(model, cfg, cls_name):
         c = _get([vis], "in_channels", "num_channels", default=3)
         grid = torch.tensor([[1, 2 * m, 2 * m]] * BATCH)
         n = int(grid.prod(-1).sum())
-        cands.insert(0, ("kw", (), {"hidden_states": torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
+        first = "hidden_states" if "hidden_states" in required else "pixel_values"
+        cands.insert(0, ("kw", (), {first: torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
 
     if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
         # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
@@ -511,7 +528,8 @@ def _hf_candidates(model, cfg, cls_name):
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
         return torch.cat([a, a + b], -1)
-    fill = {"input_ids": lambda: ids(), "pixel_values": lambda: pixels, "bbox": boxes}
+    fill = {"input_ids": lambda: ids(), "pixel_values": lambda: pixels, "bbox": boxes,
+            "qformer_input_ids": lambda: ids(), "qformer_attention_mask": lambda: torch.ones(BATCH, SEQ, dtype=torch.long)}
     for _, _, x in cands:  # required arguments the generators above left out
         for n in required + [n for n in ("bbox",) if n in sig]:
             if n not in x and n in fill:
