@@ -21,7 +21,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 BATCH, SEQ, IMG = 2, 16, 64
-MAX_PARAMS = 100_000_000  # larger (after shrinking) is excluded: too slow for a CPU reference
+# larger (after shrinking) is excluded: too slow for a CPU reference. At 64x64 inputs a
+# 140M-parameter VGG-19-BN runs its CPU reference and both tpu modes in about 6 s.
+MAX_PARAMS = 150_000_000
 
 
 class Excluded(Exception):
