@@ -124,7 +124,7 @@ _TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "mo
 _VOCAB = 1000
 
 
-def _shrink_dict(d, keep_images=False, layers_only=False):
+def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
     """Shrinks one config dict in place (recursing into sub-configs). keep_images: leave
     image sizes, patch sizes and positions as they are (for models whose windows or
     position tables assume them). layers_only: shrink only layer, vocab and expert counts
@@ -133,7 +133,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
     orig = dict(d)
     for k, v in list(d.items()):
         if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
-            _shrink_dict(v, keep_images, layers_only)
+            _shrink_dict(v, keep_images, layers_only, cover_types)
             continue
         if isinstance(v, bool) or v is None:
             continue
@@ -224,7 +224,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                     for x in v]
     # per-layer lists sized by the old layer count: the kept layers cover every layer type
     for old in set(old_layers.values()):
-        keep = _layers_to_keep(d, old)
+        keep = _layers_to_keep(d, old) if cover_types else [0, 1]
         if len(keep) > 2:
             for k, n in old_layers.items():
                 if n == old:
@@ -234,7 +234,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                 d[k] = [v[i] for i in keep]
         plc = d.get("per_layer_config")
         if isinstance(plc, dict):  # {layer index: overrides}
-            d["per_layer_config"] = {new: _shrink_dict(dict(plc[o]), keep_images, layers_only)
+            d["per_layer_config"] = {new: _shrink_dict(dict(plc[o]), keep_images, layers_only, cover_types)
                                      for new, i in enumerate(keep) for o in plc if int(o) == i}
     if not layers_only:
         # Mamba heads: hidden_size * expand == heads * head_dim
@@ -323,6 +323,17 @@ def _mrope(d, modeling_src):
 
 
 def _hf_build(model_type, cls_name, variant=0):
+    """The shrunk model keeping one layer of each layer type; when that cannot be built
+    (a layer type whose defaults are incomplete), the first two layers."""
+    try:
+        return _hf_build_once(model_type, cls_name, variant, cover_types=True)
+    except Excluded as e:
+        if not str(e).startswith(("tiny config rejected", "tiny model construction failed")):
+            raise
+    return _hf_build_once(model_type, cls_name, variant, cover_types=False)
+
+
+def _hf_build_once(model_type, cls_name, variant, cover_types):
     import transformers
     from transformers import AutoConfig
     cls = getattr(transformers, cls_name, None)
@@ -332,7 +343,7 @@ def _hf_build(model_type, cls_name, variant=0):
         cfg0 = AutoConfig.for_model(model_type)
     except Exception as e:
         raise Excluded(f"config for {model_type}: {type(e).__name__}: {e}")
-    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2)
+    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
     if variant < 2:
         try:
             import sys
