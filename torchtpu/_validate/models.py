@@ -243,6 +243,8 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
             if all(isinstance(x, int) and not isinstance(x, bool) for x in vals) and \
                     any(k in d for k in ("state_size", "ssm_state_size", "mamba_d_state")):
                 d[hd] = vals[3] * vals[2] // vals[0]
+                if isinstance(d.get("mamba_d_ssm"), int):  # Falcon-H1: an explicit inner width
+                    d["mamba_d_ssm"] = vals[3] * vals[2]
                 if isinstance(d.get("n_groups"), int) and d["n_groups"] > 1:
                     d["n_groups"] = 1  # heads are split into groups
     if "vocab_size" in d and d["vocab_size"] is None and ("pad_token_id" in d or "mask_token_id" in d):
