@@ -324,15 +324,24 @@ def _mrope(d, modeling_src):
     rp["mrope_section"] = [half - 2 * third, third, third]
 
 
+class SameAsBefore(Excluded):
+    """This build variant would build the same model as the one before it."""
+
+
 def _hf_build(model_type, cls_name, variant=0):
-    """The shrunk model keeping one layer of each layer type; when that cannot be built
-    (a layer type whose defaults are incomplete), the first two layers."""
-    try:
-        return _hf_build_once(model_type, cls_name, variant, cover_types=True)
-    except Excluded as e:
-        if not str(e).startswith(("tiny config rejected", "tiny model construction failed")):
-            raise
-    return _hf_build_once(model_type, cls_name, variant, cover_types=False)
+    """Even variants keep one layer of each layer type; odd ones the first two layers (for
+    a layer type whose defaults are incomplete), only where that differs."""
+    shrink, cover = variant // 2, variant % 2 == 0
+    if not cover:
+        from transformers import AutoConfig
+        try:
+            d = AutoConfig.for_model(model_type).to_dict()
+        except Exception:
+            d = {}
+        kw = dict(keep_images=shrink >= 1, layers_only=shrink == 2)
+        if _shrink_dict(copy.deepcopy(d), cover_types=True, **kw) == _shrink_dict(copy.deepcopy(d), cover_types=False, **kw):
+            raise SameAsBefore("same as the previous variant")
+    return _hf_build_once(model_type, cls_name, shrink, cover)
 
 
 def _hf_build_once(model_type, cls_name, variant, cover_types):
@@ -787,9 +796,10 @@ def _tv_build(kind, name):
 
 def variants(model_id):
     """How many build variants to try (the next one when the CPU reference fails)."""
-    # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts
+    # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts,
+    # each with every layer type kept, then with the first two layers
     # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined
-    return {"hf": 3, "timm": 2}.get(model_id.split("/", 1)[0], 1)
+    return {"hf": 6, "timm": 2}.get(model_id.split("/", 1)[0], 1)
 
 
 def build(model_id, variant=0):
