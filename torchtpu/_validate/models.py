@@ -477,6 +477,8 @@ def _hf_candidates(model, cfg, cls_name):
             x["decoder_input_ids"] = ids((BATCH, SEQ // 2))
         return x
 
+    mel_bins = _get([aud, cfg], "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", default=80)
+
     def audio_features():
         mel = _get([aud, cfg], "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", default=80)
         src = _get([aud, cfg], "max_source_positions", default=None)
@@ -552,12 +554,21 @@ def _hf_candidates(model, cfg, cls_name):
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
         return torch.cat([a, a + b], -1)
+    hidden = _get([text, cfg], "hidden_size", "d_model", default=64)
     fill = {"input_ids": lambda: ids(), "pixel_values": lambda: pixels, "bbox": boxes,
-            "qformer_input_ids": lambda: ids(), "qformer_attention_mask": lambda: torch.ones(BATCH, SEQ, dtype=torch.long)}
+            "qformer_input_ids": lambda: ids(), "qformer_attention_mask": lambda: torch.ones(BATCH, SEQ, dtype=torch.long),
+            "query_embeds": lambda: torch.randn(BATCH, SEQ, hidden, generator=g),
+            "prompt_pixel_values": lambda: pixels, "prompt_masks": lambda: pixels.clone(),
+            "pixel_values_videos": lambda: torch.randn(BATCH, 4, ch, h, w, generator=g)}
     for _, _, x in cands:  # required arguments the generators above left out
         for n in required + [n for n in ("bbox",) if n in sig]:
             if n not in x and n in fill:
                 x[n] = fill[n]()
+            elif n not in x and n.endswith("_mask") and isinstance(x.get(n[:-5]), torch.Tensor):
+                # a padding mask for a feature input (audio frames): nothing padded
+                f = x[n[:-5]]
+                x[n] = torch.ones(f.shape[0], f.shape[1] if f.dim() > 2 and f.shape[1] != mel_bins else f.shape[-1],
+                                  dtype=torch.bool)
     return cands
 
 
