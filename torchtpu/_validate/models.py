@@ -529,6 +529,12 @@ def _hf_candidates(model, cfg, cls_name):
                 x.update(text_inputs())
             cands.append(("kw", (), x))
 
+    if "past_values" in sig and isinstance(getattr(cfg, "num_input_channels", None), int):
+        # multichannel time series (PatchTST, PatchTSMixer): (batch, context, channels)
+        n = _get([cfg], "context_length", default=32)
+        c = cfg.num_input_channels
+        cands.insert(0, ("kw", (), {"past_values": torch.randn(BATCH, n, c, generator=g)}))
+
     if "grid_thw" in required and ("hidden_states" in required or "pixel_values" in required):
         # Qwen-VL style vision towers: flattened patches of BATCH images, each a grid of
         # (1, 2*merge, 2*merge) patches
