@@ -108,7 +108,7 @@ _LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_la
 _HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim",
            "projection_dim", "word_embed_proj_dim", "embedding_size", "d_embed",
            "encoder_hidden_size", "decoder_hidden_size", "text_embed_dim", "vision_embed_dim",
-           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim", "d_latents", "embedding_dim",
+           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim", "d_latents", "embedding_dim", "hidden_size_global",
            # sub-config widths that must equal the text model's hidden size
            "out_hidden_size", "text_hidden_size", "audio_hidden_size")
 _HEADS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
@@ -212,7 +212,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
             d.pop(k, None)
     # vocab sizes and the token ids that must stay inside them
     for k, v in list(d.items()):
-        if isinstance(v, int) and not isinstance(v, bool) and "vocab_size" in k and v > _VOCAB:
+        if isinstance(v, int) and not isinstance(v, bool) and ("vocab_size" in k or k.endswith("group_vocab")) and v > _VOCAB:
             d[k] = _VOCAB
     big = {}
     for k, v in list(d.items()):
