@@ -529,6 +529,20 @@ def _hf_candidates(model, cfg, cls_name):
                 x.update(text_inputs())
             cands.append(("kw", (), x))
 
+    # last resorts, tried only when every input set above fails on CPU
+    if main == "input_ids" and cands:
+        base = cands[-1][2]
+        if "pixel_values" in sig and "pixel_values" not in base:  # ViLT: text and image, no vision sub-config
+            cands.append(("kw", (), dict(base, pixel_values=pixels)))
+        if "visual_feats" in sig and isinstance(getattr(cfg, "visual_feat_dim", None), int):  # LXMERT: region features
+            cands.append(("kw", (), dict(base, visual_feats=torch.randn(BATCH, 8, cfg.visual_feat_dim, generator=g),
+                                         visual_pos=torch.rand(BATCH, 8, 4, generator=g))))
+        sep = _get([cfg], "sep_token_id", "eos_token_id")
+        if "QuestionAnswering" in cls_name and isinstance(sep, int) and 0 <= sep < vocab:
+            qa = base["input_ids"].clone()  # question </s></s> context </s>
+            qa[:, [SEQ // 4, SEQ // 4 + 1, SEQ - 1]] = sep
+            cands.append(("kw", (), dict(base, input_ids=qa)))
+
     if "past_values" in sig and isinstance(getattr(cfg, "num_input_channels", None), int):
         # multichannel time series (PatchTST, PatchTSMixer): (batch, context, channels)
         n = _get([cfg], "context_length", default=32)
