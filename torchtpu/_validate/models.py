@@ -8,6 +8,8 @@ random (`from_config`, `pretrained=False`, `weights=None, weights_backbone=None`
 input sets; the runner uses the first candidate whose CPU forward works."""
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 import os
 from dataclasses import dataclass, field
@@ -19,7 +21,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 BATCH, SEQ, IMG = 2, 16, 64
-MAX_PARAMS = 100_000_000  # larger (after shrinking) is excluded: too slow for a CPU reference
+# larger (after shrinking) is excluded: too slow for a CPU reference. At 64x64 inputs a
+# 140M-parameter VGG-19-BN runs its CPU reference and both tpu modes in about 6 s.
+MAX_PARAMS = 150_000_000
 
 
 class Excluded(Exception):
@@ -104,13 +108,15 @@ _LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_la
 _HIDDEN = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim",
            "projection_dim", "word_embed_proj_dim", "embedding_size", "d_embed",
            "encoder_hidden_size", "decoder_hidden_size", "text_embed_dim", "vision_embed_dim",
-           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim")
+           "projection_size", "proj_dim", "n_embed", "model_dim", "emb_dim", "d_latents", "embedding_dim", "hidden_size_global",
+           # sub-config widths that must equal the text model's hidden size
+           "out_hidden_size", "text_hidden_size", "audio_hidden_size")
 _HEADS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads",
           "decoder_attention_heads", "n_heads", "num_attention_heads_per_layer")
 _FFN = ("intermediate_size", "ffn_dim", "n_inner", "encoder_ffn_dim", "decoder_ffn_dim",
         "d_ff", "moe_intermediate_size", "shared_expert_intermediate_size", "d_inner",
         "decoder_intermediate_size", "encoder_intermediate_size", "ff_dim", "mlp_dim",
-        "dense_intermediate_size")
+        "dense_intermediate_size", "expert_ffn_hidden_size")
 _POS = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
         "max_length", "max_seq_len", "max_sequence_length", "seq_length", "block_size")
 _EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
@@ -118,15 +124,16 @@ _TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "mo
 _VOCAB = 1000
 
 
-def _shrink_dict(d, keep_images=False, layers_only=False):
+def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
     """Shrinks one config dict in place (recursing into sub-configs). keep_images: leave
     image sizes, patch sizes and positions as they are (for models whose windows or
     position tables assume them). layers_only: shrink only layer, vocab and expert counts
     (for models whose widths are tied by constraints the generic rules break)."""
     old_layers = {}
+    orig = dict(d)
     for k, v in list(d.items()):
         if isinstance(v, dict) and (k.endswith("_config") or "model_type" in v):
-            _shrink_dict(v, keep_images, layers_only)
+            _shrink_dict(v, keep_images, layers_only, cover_types)
             continue
         if isinstance(v, bool) or v is None:
             continue
@@ -147,9 +154,12 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
             elif k in _HEADS and v > 4:
                 d[k] = 4
             elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") and v > 2:
-                d[k] = 4 if v == max((d.get(h) or 0) for h in _HEADS if isinstance(d.get(h), int)) else 2
+                # as many key/value heads as query heads stays so (MLA, MHA); grouped gets 2
+                d[k] = 4 if v == max((orig.get(h) or 0) for h in _HEADS if isinstance(orig.get(h), int)) else 2
             elif (k == "head_dim" or k.endswith("_head_dim") or k == "kv_channels" or k == "attention_head_size" or k == "dim_head") and v > 16:
                 d[k] = 16
+            elif k in ("rotary_dim", "rotary_emb_dim") and v > 8:
+                d[k] = 8  # a part of head_dim (16 after shrinking)
             elif k.endswith("lora_rank") and v > 16:
                 d[k] = 16
             elif k in _FFN and v > 64:
@@ -167,7 +177,9 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
             elif k == "num_labels":
                 d[k] = 2
             elif k in ("codebook_size", "num_codebooks_vocab") and v > _VOCAB:
-                d[k] = _VOCAB
+                d[k] = 512 if v & (v - 1) == 0 else _VOCAB  # some require a power of 2
+            elif k == "upsample_initial_channel" and v > 64:
+                d[k] = 64
         elif layers_only:
             continue
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
@@ -182,8 +194,12 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
                 d[k] = [min(x, 2) for x in v]
             elif k in ("image_size", "img_size") and max(v) > IMG and not keep_images:
                 d[k] = [IMG] * len(v)
-    if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int) and "qk_head_dim" in d:
-        d["qk_head_dim"] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
+    if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int):
+        # MLA: head dims that were nope + rope stay so
+        was = orig["qk_nope_head_dim"] + orig["qk_rope_head_dim"]
+        for k in [k for k in d if k.endswith("head_dim") and not k.startswith(("qk_nope", "qk_rope", "v_"))]:
+            if k == "qk_head_dim" or orig.get(k) == was:
+                d[k] = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
     for k in ("n_group", "topk_group"):
         if isinstance(d.get(k), int) and d[k] > 1:
             d[k] = 1
@@ -196,7 +212,7 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
             d.pop(k, None)
     # vocab sizes and the token ids that must stay inside them
     for k, v in list(d.items()):
-        if isinstance(v, int) and not isinstance(v, bool) and k.endswith("vocab_size") and v > _VOCAB:
+        if isinstance(v, int) and not isinstance(v, bool) and ("vocab_size" in k or k.endswith("group_vocab")) and v > _VOCAB:
             d[k] = _VOCAB
     big = {}
     for k, v in list(d.items()):
@@ -206,11 +222,49 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
         elif k.endswith("token_id") and isinstance(v, list):
             d[k] = [big.setdefault(x, _VOCAB - 1 - len(big)) if isinstance(x, int) and x >= _VOCAB - 10 else x
                     for x in v]
-    # per-layer lists sized by the old layer count
+    # per-layer lists sized by the old layer count: the kept layers cover every layer type
     for old in set(old_layers.values()):
+        keep = _layers_to_keep(d, old) if cover_types else [0, 1]
+        if len(keep) > 2:
+            for k, n in old_layers.items():
+                if n == old:
+                    d[k] = len(keep)
         for k, v in list(d.items()):
             if isinstance(v, list) and len(v) == old:
-                d[k] = v[:2]
+                d[k] = [v[i] for i in keep]
+        plc = d.get("per_layer_config")
+        if isinstance(plc, dict):  # {layer index: overrides}
+            d["per_layer_config"] = {new: _shrink_dict(dict(plc[o]), keep_images, layers_only, cover_types)
+                                     for new, i in enumerate(keep) for o in plc if int(o) == i}
+    if not layers_only:
+        # Mamba heads: hidden_size * expand == heads * head_dim
+        for nh, hd, ex in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
+            vals = [d.get(x) for x in (nh, hd, ex, "hidden_size")]
+            if all(isinstance(x, int) and not isinstance(x, bool) for x in vals) and \
+                    any(k in d for k in ("state_size", "ssm_state_size", "mamba_d_state")):
+                d[hd] = vals[3] * vals[2] // vals[0]
+                if isinstance(d.get("mamba_d_ssm"), int):  # Falcon-H1: an explicit inner width
+                    d["mamba_d_ssm"] = vals[3] * vals[2]
+                if isinstance(d.get("n_groups"), int) and d["n_groups"] > 1:
+                    d["n_groups"] = 1  # heads are split into groups
+    if "vocab_size" in d and d["vocab_size"] is None and ("pad_token_id" in d or "mask_token_id" in d):
+        d["vocab_size"] = _VOCAB  # token heads need one (ESM, CTC heads default to None)
+    if "num_key_value_heads" in d and d["num_key_value_heads"] is None and isinstance(d.get("num_attention_heads"), int):
+        d["num_key_value_heads"] = d["num_attention_heads"]  # code that divides by it unguarded
+    if "head_dim" in d and d["head_dim"] is None and isinstance(d.get("hidden_size"), int) \
+            and isinstance(d.get("num_attention_heads"), int) and d["num_attention_heads"]:
+        d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]  # code that reads it unguarded
+    if isinstance(d.get("num_queries"), int) and d["num_queries"] > 100:
+        d["num_queries"] = 32  # top-k over the encoder tokens of a 64x64 image
+    oi = d.get("backbone_out_indices")
+    if old_layers and isinstance(oi, list) and oi and all(isinstance(x, int) for x in oi):
+        for k in old_layers:  # one layer per output the neck expects
+            d[k] = max(2, len(oi))
+        d["backbone_out_indices"] = list(range(len(oi)))
+    if d.get("num_experts_per_tok", 0) is None and any(isinstance(d.get(k), int) for k in _EXPERTS):
+        d["num_experts_per_tok"] = 2  # experts built but no routing width by default
+    if d.get("default_language") is None and isinstance(d.get("languages"), list) and d["languages"]:
+        d["default_language"] = d["languages"][0]  # X-MOD needs one adapter language
     if "use_cache" in d:
         d["use_cache"] = False
     if "pad_token_id" in d and d["pad_token_id"] is None:
@@ -218,7 +272,79 @@ def _shrink_dict(d, keep_images=False, layers_only=False):
     return d
 
 
+def _layers_to_keep(d, old):
+    """Indices of the layers kept when `old` layers become 2: the first two, or the first
+    layer of each distinct type in a per-layer string list (layer_types), so that a model
+    needing a full-attention or a mamba layer still has one."""
+    keep = [0, 1]
+    for k, v in d.items():
+        if isinstance(v, list) and len(v) == old and v and all(isinstance(x, str) for x in v):
+            first = {}
+            for i, x in enumerate(v):
+                first.setdefault(x, i)
+            if len(first) > 1:
+                keep = sorted(set(keep[:1]) | set(first.values()))[:4]
+                if len(keep) < 2:
+                    keep = [0, 1]
+    return keep
+
+
+def _modeling_source(model_type):
+    import importlib
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+    name = model_type_to_module_name(model_type)
+    try:
+        return inspect.getsource(importlib.import_module(f"transformers.models.{name}.modeling_{name}"))
+    except Exception:
+        return ""
+
+
+def _mrope(d, modeling_src):
+    """Multimodal rope sections (t, h, w) must sum to half the rotary dim; models whose
+    code has a default section for the full-size head dim get one for the shrunk one.
+    A sub-config is checked against its own model type's code."""
+    if isinstance(d.get("model_type"), str):
+        modeling_src = modeling_src + _modeling_source(d["model_type"])
+    for v in d.values():
+        if isinstance(v, dict):
+            _mrope(v, modeling_src)
+    rp = d.get("rope_parameters")
+    if not isinstance(rp, dict) or "rope_type" not in rp or "mrope_section" in rp \
+            or '"mrope_section"' not in modeling_src:
+        return
+    hd = d.get("head_dim")
+    if not isinstance(hd, int):
+        h, n = d.get("hidden_size"), d.get("num_attention_heads")
+        if not (isinstance(h, int) and isinstance(n, int) and n):
+            return
+        hd = h // n
+    prf = rp.get("partial_rotary_factor", d.get("partial_rotary_factor")) or 1.0
+    half = int(hd * prf) // 2
+    third = half * 3 // 8
+    rp["mrope_section"] = [half - 2 * third, third, third]
+
+
+class SameAsBefore(Excluded):
+    """This build variant would build the same model as the one before it."""
+
+
 def _hf_build(model_type, cls_name, variant=0):
+    """Even variants keep one layer of each layer type; odd ones the first two layers (for
+    a layer type whose defaults are incomplete), only where that differs."""
+    shrink, cover = variant // 2, variant % 2 == 0
+    if not cover:
+        from transformers import AutoConfig
+        try:
+            d = AutoConfig.for_model(model_type).to_dict()
+        except Exception:
+            d = {}
+        kw = dict(keep_images=shrink >= 1, layers_only=shrink == 2)
+        if _shrink_dict(copy.deepcopy(d), cover_types=True, **kw) == _shrink_dict(copy.deepcopy(d), cover_types=False, **kw):
+            raise SameAsBefore("same as the previous variant")
+    return _hf_build_once(model_type, cls_name, shrink, cover)
+
+
+def _hf_build_once(model_type, cls_name, variant, cover_types):
     import transformers
     from transformers import AutoConfig
     cls = getattr(transformers, cls_name, None)
@@ -228,7 +354,13 @@ def _hf_build(model_type, cls_name, variant=0):
         cfg0 = AutoConfig.for_model(model_type)
     except Exception as e:
         raise Excluded(f"config for {model_type}: {type(e).__name__}: {e}")
-    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2)
+    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
+    if variant < 2:
+        try:
+            import sys
+            _mrope(d, inspect.getsource(sys.modules[cls.__module__]))
+        except (OSError, TypeError, KeyError):
+            pass
     for k in ("transformers_version", "architectures", "_name_or_path"):
         d.pop(k, None)
     try:
@@ -244,7 +376,19 @@ def _hf_build(model_type, cls_name, variant=0):
     try:
         model = cls._from_config(cfg)
     except Exception as e:
-        raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
+        # a text or decoder class listed under a composite model type takes its sub-config
+        sub = cls.config_class is not type(cfg) and next(
+            (s for s in (getattr(cfg, n, None) for n in ("text_config", "decoder", "decoder_config", "language_config"))
+             if isinstance(s, cls.config_class or ())), None)
+        if not sub:
+            raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
+        cfg = sub
+        _check_size(lambda: cls._from_config(cfg))
+        torch.manual_seed(0)
+        try:
+            model = cls._from_config(cfg)
+        except Exception as e:
+            raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
     model.eval()
     return Built(model, _hf_candidates(model, cfg, cls_name))
 
@@ -257,6 +401,12 @@ def _check_size(make):
         n = sum(p.numel() for p in m.parameters())
     except Exception:
         return
+    if n > MAX_PARAMS:
+        raise Excluded(f"too large after shrinking ({n / 1e6:.0f}M parameters)")
+
+
+def _check_built_size(model):
+    n = sum(p.numel() for p in model.parameters())
     if n > MAX_PARAMS:
         raise Excluded(f"too large after shrinking ({n / 1e6:.0f}M parameters)")
 
@@ -292,7 +442,7 @@ def _hf_candidates(model, cfg, cls_name):
     sig = inspect.signature(model.forward).parameters
     text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config") or cfg
     vis = _sub(cfg, "vision_config", "encoder", "image_encoder", "backbone_config") or cfg
-    aud = _sub(cfg, "audio_config", "encoder") or cfg
+    aud = _sub(cfg, "audio_config", "encoder", "encoder_config", "speech_config") or cfg
     g = torch.Generator().manual_seed(0)
     vocab = _get([text, cfg], "vocab_size", default=_VOCAB)
     if not isinstance(vocab, int):
@@ -311,16 +461,23 @@ def _hf_candidates(model, cfg, cls_name):
     required = [n for n, p in sig.items() if p.default is inspect.Parameter.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
 
+    eos = _get([text, cfg], "eos_token_id")
+    seq_cls_enc_dec = getattr(cfg, "is_encoder_decoder", False) and "ForSequenceClassification" in cls_name
+
     def text_inputs():
         x = {"input_ids": ids()}
+        if seq_cls_enc_dec and isinstance(eos, int) and 0 <= eos < vocab:
+            x["input_ids"][:, -1] = eos  # the head pools the last <eos>; decoder ids come from input_ids
         if "attention_mask" in sig:
             x["attention_mask"] = torch.ones_like(x["input_ids"])
         return x
 
     def add_decoder(x):
-        if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in sig:
+        if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in sig and not seq_cls_enc_dec:
             x["decoder_input_ids"] = ids((BATCH, SEQ // 2))
         return x
+
+    mel_bins = _get([aud, cfg], "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", default=80)
 
     def audio_features():
         mel = _get([aud, cfg], "num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", default=80)
@@ -330,6 +487,9 @@ def _hf_candidates(model, cfg, cls_name):
             cands.append(torch.randn(BATCH, mel, 2 * src, generator=g))
         cands.append(torch.randn(BATCH, 64, mel, generator=g))
         cands.append(torch.randn(BATCH, mel, 64, generator=g))
+        feat = _get([aud, cfg], "feature_size", "feature_projection_input_dim", default=None)
+        if isinstance(feat, int) and feat != mel:  # stacked frames (w2v-BERT, SeamlessM4T)
+            cands.append(torch.randn(BATCH, 64, feat, generator=g))
         return cands
 
     cands = []
@@ -341,14 +501,24 @@ def _hf_candidates(model, cfg, cls_name):
         cands.append(("kw", (), add_decoder(dict(full))))
         if "attention_mask" in full:
             cands.append(("kw", (), add_decoder({"input_ids": full["input_ids"]})))
+        if "input_ids" not in sig and main in sig:  # e.g. Perceiver's `inputs`: ids, features or pixels
+            width = _get([text, cfg], "d_model", "hidden_size", default=64)
+            cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
     elif main == "pixel_values":
         x = {"pixel_values": pixels}
+        frames = _get([vis, cfg], "num_frames", default=None)
+        if isinstance(frames, int):  # video models: (batch, frames, channels, height, width)
+            x = {"pixel_values": torch.randn(BATCH, frames, ch, h, w, generator=g)}
         if "input_ids" in sig and ("input_ids" in required or _sub(cfg, "text_config") is not None):
             cands.append(("kw", (), add_decoder(dict(x, **text_inputs()))))
         cands.append(("kw", (), add_decoder(x)))
         if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in sig:
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
     elif main == "input_values":
+        mel = _get([aud, cfg], "num_mel_bins", default=None)
+        if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
+            frames = _get([aud, cfg], "max_length", default=128)
+            cands.append(("kw", (), {"input_values": torch.randn(BATCH, frames, mel, generator=g)}))
         for n in (1600, 4000, 16000):
             cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, n, generator=g)})))
         cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, 1, 4000, generator=g)})))
@@ -358,29 +528,190 @@ def _hf_candidates(model, cfg, cls_name):
             if "input_ids" in sig and "input_ids" in required:
                 x.update(text_inputs())
             cands.append(("kw", (), x))
+
+    # last resorts, tried only when every input set above fails on CPU
+    if main == "input_ids" and cands:
+        base = cands[-1][2]
+        if "pixel_values" in sig and "pixel_values" not in base:  # ViLT: text and image, no vision sub-config
+            cands.append(("kw", (), dict(base, pixel_values=pixels)))
+        if "visual_feats" in sig and isinstance(getattr(cfg, "visual_feat_dim", None), int):  # LXMERT: region features
+            cands.append(("kw", (), dict(base, visual_feats=torch.randn(BATCH, 8, cfg.visual_feat_dim, generator=g),
+                                         visual_pos=torch.rand(BATCH, 8, 4, generator=g))))
+        sep = _get([cfg], "sep_token_id", "eos_token_id")
+        if "QuestionAnswering" in cls_name and isinstance(sep, int) and 0 <= sep < vocab:
+            qa = base["input_ids"].clone()  # question </s></s> context </s>
+            qa[:, [SEQ // 4, SEQ // 4 + 1, SEQ - 1]] = sep
+            cands.append(("kw", (), dict(base, input_ids=qa)))
+
+    if "past_values" in sig and isinstance(getattr(cfg, "num_input_channels", None), int):
+        # multichannel time series (PatchTST, PatchTSMixer): (batch, context, channels)
+        n = _get([cfg], "context_length", default=32)
+        c = cfg.num_input_channels
+        cands.insert(0, ("kw", (), {"past_values": torch.randn(BATCH, n, c, generator=g)}))
+
+    if "grid_thw" in required and ("hidden_states" in required or "pixel_values" in required):
+        # Qwen-VL style vision towers: flattened patches of BATCH images, each a grid of
+        # (1, 2*merge, 2*merge) patches
+        p = _get([vis], "patch_size", default=14)
+        p = p[0] if isinstance(p, (list, tuple)) else p
+        tp = _get([vis], "temporal_patch_size", default=1)
+        tp = tp[0] if isinstance(tp, (list, tuple)) else tp
+        m = _get([vis], "spatial_merge_size", "merge_size", default=2)
+        c = _get([vis], "in_channels", "num_channels", default=3)
+        grid = torch.tensor([[1, 2 * m, 2 * m]] * BATCH)
+        n = int(grid.prod(-1).sum())
+        first = "hidden_states" if "hidden_states" in required else "pixel_values"
+        cands.insert(0, ("kw", (), {first: torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
+
+    if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
+        # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
+        n = (h // _get([vis], "patch_size")) * (w // _get([vis], "patch_size"))
+        noise = torch.rand(BATCH, n, generator=g)
+        for _, _, x in cands:
+            if "pixel_values" in x:
+                x["noise"] = noise
+
+    def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
+        a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
+        return torch.cat([a, a + b], -1)
+    hidden = _get([text, cfg], "hidden_size", "d_model", default=64)
+    fill = {"input_ids": lambda: ids(), "pixel_values": lambda: pixels, "bbox": boxes,
+            "qformer_input_ids": lambda: ids(), "qformer_attention_mask": lambda: torch.ones(BATCH, SEQ, dtype=torch.long),
+            "query_embeds": lambda: torch.randn(BATCH, SEQ, hidden, generator=g),
+            "prompt_pixel_values": lambda: pixels, "prompt_masks": lambda: pixels.clone(),
+            "pixel_values_videos": lambda: torch.randn(BATCH, 4, ch, h, w, generator=g)}
+    for _, _, x in cands:  # required arguments the generators above left out
+        for n in required + [n for n in ("bbox",) if n in sig]:
+            if n not in x and n in fill:
+                x[n] = fill[n]()
+            elif n not in x and n.endswith("_mask") and isinstance(x.get(n[:-5]), torch.Tensor):
+                # a padding mask for a feature input (audio frames): nothing padded
+                f = x[n[:-5]]
+                x[n] = torch.ones(f.shape[0], f.shape[1] if f.dim() > 2 and f.shape[1] != mel_bins else f.shape[-1],
+                                  dtype=torch.bool)
     return cands
 
 
 # ----------------------------------------------------------------------------- timm
 
-def _timm_build(name):
+_TIMM_DEPTHS = ("layers", "depths", "stages", "num_blocks_list", "block_repeats", "num_blocks")
+
+
+_TIMM_WIDTHS = ("embed_dim", "embed_dims", "dims", "widths", "channels", "w0", "wa", "group_size",
+                "stem_width", "stem_chs", "num_features")
+
+
+def _narrow(x, div):
+    """x / div, a multiple of 8 when x is one (channel counts quantized to 8)."""
+    if isinstance(x, float):
+        return x / div
+    y = x // div
+    return max(8, y // 8 * 8) if x % 8 == 0 else y
+
+
+def _timm_shrink(v, key="", widths=0):
+    """Fewer blocks per stage in one timm constructor argument (kwargs, a model-config
+    dataclass, an hrnet stage dict or decoded EfficientNet block args). widths: also a
+    quarter of the channel widths (only tried when fewer blocks are not enough: group
+    sizes, SE ratios and head splits are tied to them, so it fails for some models)."""
+    import dataclasses
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        ch = {f.name: _timm_shrink(getattr(v, f.name), f.name, widths) for f in dataclasses.fields(v)}
+        if type(v).__name__ == "ByoBlockCfg" and isinstance(v.d, int):
+            ch["d"] = min(v.d, 1)
+        if type(v).__name__ == "RegNetCfg":
+            ch["depth"] = v.depth  # RegNet's depth is spread over exactly 4 stages
+        return dataclasses.replace(v, **{k: x for k, x in ch.items() if x is not getattr(v, k)})
+    if widths and key in _TIMM_WIDTHS and not isinstance(v, bool):
+        if isinstance(v, (int, float)) and v >= 32:
+            return _narrow(v, widths)
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+            return type(v)(_narrow(x, widths) if x >= 32 else x for x in v)
+    if widths and key == "width_factor" and isinstance(v, int) and v > 1:
+        return 1
+    if isinstance(v, dict):
+        out = {k: _timm_shrink(x, k, widths) for k, x in v.items()}
+        if isinstance(out.get("num_modules"), int):
+            out["num_modules"] = 1
+        return out
+    ints = isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    if key in _TIMM_DEPTHS and ints:
+        return type(v)(min(x, 1) for x in v)
+    if key in ("depth", "num_blocks") and isinstance(v, int) and not isinstance(v, bool) and v > 2:
+        return 2
+    if key == "block_args" and isinstance(v, (list, tuple)) and v and all(isinstance(x, list) and x for x in v):
+        return [stage[:1] for stage in v]  # the first block of a stage carries its stride
+    if isinstance(v, (list, tuple)) and key in ("blocks",):
+        return type(v)(_timm_shrink(x, "", widths) for x in v)
+    return v
+
+
+def _timm_shrunk_kwargs(kw, cls_name, widths=0):
+    old = kw.get("depth")
+    kw = {k: _timm_shrink(v, k, widths) for k, v in kw.items()}
+    if isinstance(old, int) and kw.get("depth") != old:  # per-block tuples follow the depth
+        for k, v in kw.items():
+            if isinstance(v, (list, tuple)) and len(v) == old:
+                kw[k] = type(v)(v[:kw["depth"]])
+    if cls_name == "VGG":  # the 4096-wide 7x7 head holds most of the weights
+        kw["mlp_ratio"] = 0.25
+    return kw
+
+
+class _timm_shrinking:
+    """Shrinks the arguments timm's entrypoints hand to build_model_with_cfg (each model
+    module imports it by name, so it is patched there) while the context is active."""
+    def __init__(self, widths=0):
+        self.widths = widths
+
+    def __enter__(self):
+        import sys
+        import timm.models._builder as B
+        self.orig = orig = B.build_model_with_cfg
+
+        def build(model_cls, variant, pretrained, *a, **kw):
+            return orig(model_cls, variant, pretrained, *a, **_timm_shrunk_kwargs(kw, model_cls.__name__, self.widths))
+        self.mods = [m for m in list(sys.modules.values()) if getattr(m, "__name__", "").startswith("timm.models.")
+                     and getattr(m, "build_model_with_cfg", None) is orig]
+        for m in self.mods:
+            m.build_model_with_cfg = build
+        return self
+
+    def __exit__(self, *exc):
+        for m in self.mods:
+            m.build_model_with_cfg = self.orig
+
+
+def _timm_build(name, variant=0):
     import timm
-    tries = [dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), dict(img_size=IMG), {}]
+    # (kwargs, shrink): the plain model first; when it is over MAX_PARAMS, fewer blocks per
+    # stage ("blocks"), then also narrower stages ("blocks+widths")
+    tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=IMG), None),
+             ({}, None), (dict(img_size=IMG), "blocks"), ({}, "blocks"),
+             (dict(img_size=IMG), 4), ({}, 4), (dict(img_size=IMG), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
+    if variant:
+        tries = [t for t in tries if not t[0]]
     last = None
-    for kw in tries:
+    too_large = None
+    for kw, shrink in tries:
+        ctx = _timm_shrinking(widths=0 if shrink == "blocks" else shrink) if shrink else contextlib.nullcontext()
         try:
-            _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
-            torch.manual_seed(0)
-            model = timm.create_model(name, pretrained=False, num_classes=10, **kw)
+            with ctx:
+                _check_size(lambda: timm.create_model(name, pretrained=False, num_classes=10, **kw))
+                torch.manual_seed(0)
+                model = timm.create_model(name, pretrained=False, num_classes=10, **kw)
+            _check_built_size(model)
             break
-        except Excluded:
-            if kw:
-                continue
-            raise
+        except Excluded as e:
+            too_large = e
         except Exception as e:
             last = e
     else:
+        if too_large is not None:
+            raise too_large
         raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
+    if shrink:
+        kw = dict(kw, blocks_per_stage="shrunk", **({"widths": f"1/{shrink}"} if shrink != "blocks" else {}))
     model.eval()
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     c, h, w = cfg.get("input_size", (3, 224, 224))
@@ -397,6 +728,54 @@ def _timm_build(name):
 
 # ----------------------------------------------------------------------------- torchvision
 
+class _tv_shrinking:
+    """One block per stage (two encoder layers for ViT) in torchvision's family builders
+    (module-level functions each model entrypoint calls by name) while active."""
+    @staticmethod
+    def _one_per_stage(settings):
+        out = []
+        for c in settings:
+            c = copy.copy(c)
+            c.num_layers = 1
+            out.append(c)
+        return out
+
+    @staticmethod
+    def _regnet_params(p):
+        p = copy.copy(p)  # a quarter of the widths, in whole groups (group widths quartered too)
+        p.depths = [1] * len(p.depths)
+        p.group_widths = [max(1, w // 4) for w in p.group_widths]
+        p.widths = [max(g, w // 4 // g * g) for w, g in zip(p.widths, p.group_widths)]
+        return p
+
+    def __enter__(self):
+        import torchvision.models as tvm
+        edits = {"layers": lambda v: [1] * len(v),
+                 "num_layers": lambda v: min(v, 2),
+                 "block_params": self._regnet_params,
+                 "block_setting": self._one_per_stage,
+                 "inverted_residual_setting": self._one_per_stage}
+        self.saved = []
+        for mod, fn in ((tvm.resnet, "_resnet"), (tvm.vision_transformer, "_vision_transformer"),
+                        (tvm.regnet, "_regnet"), (tvm.convnext, "_convnext"), (tvm.efficientnet, "_efficientnet")):
+            orig = getattr(mod, fn)
+            sig = inspect.signature(orig)
+
+            def shrunk(*a, _orig=orig, _sig=sig, **kw):
+                b = _sig.bind(*a, **kw)
+                for k, f in edits.items():
+                    if k in b.arguments:
+                        b.arguments[k] = f(b.arguments[k])
+                return _orig(*b.args, **b.kwargs)
+            self.saved.append((mod, fn, orig))
+            setattr(mod, fn, shrunk)
+        return self
+
+    def __exit__(self, *exc):
+        for mod, fn, orig in self.saved:
+            setattr(mod, fn, orig)
+
+
 def _tv_build(kind, name):
     import torchvision.models as tvm
     g = torch.Generator().manual_seed(0)
@@ -406,24 +785,32 @@ def _tv_build(kind, name):
     elif kind == "segmentation":
         tries = [dict(base, num_classes=5, weights_backbone=None, aux_loss=False)]
     elif kind == "detection":
-        tries = [dict(base, num_classes=5, weights_backbone=None, min_size=IMG, max_size=96)]
+        # SSD entrypoints set their own min_size
+        tries = [dict(base, num_classes=5, weights_backbone=None, min_size=IMG, max_size=96),
+                 dict(base, num_classes=5, weights_backbone=None)]
     elif kind == "video":
         tries = [dict(base, num_classes=10)]
     else:
         tries = [dict(base)]
-    last = None
-    for kw in tries:
+    last = too_large = None
+    for kw, shrink in [(kw, False) for kw in tries] + [(kw, True) for kw in tries]:
         try:
-            _check_size(lambda: tvm.get_model(name, **kw))
-            torch.manual_seed(0)
-            model = tvm.get_model(name, **kw)
+            with _tv_shrinking() if shrink else contextlib.nullcontext():
+                _check_size(lambda: tvm.get_model(name, **kw))
+                torch.manual_seed(0)
+                model = tvm.get_model(name, **kw)
+            _check_built_size(model)  # when the meta-device count above could not run
             break
-        except Excluded:
-            raise
+        except Excluded as e:
+            too_large = e
         except Exception as e:
             last = e
     else:
+        if too_large is not None:
+            raise too_large
         raise Excluded(f"construction failed: {type(last).__name__}: {str(last)[:200]}")
+    if shrink:
+        kw = dict(kw, blocks_per_stage="shrunk")
     model.eval()
     if kind in ("classification", "segmentation"):
         cands = [("args", (torch.randn(BATCH, 3, s, s, generator=g),), {}) for s in (IMG, 96, 128, 224)]
@@ -440,8 +827,10 @@ def _tv_build(kind, name):
 
 def variants(model_id):
     """How many build variants to try (the next one when the CPU reference fails)."""
-    # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts
-    return 3 if model_id.startswith("hf/") else 1
+    # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts,
+    # each with every layer type kept, then with the first two layers
+    # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined
+    return {"hf": 6, "timm": 2}.get(model_id.split("/", 1)[0], 1)
 
 
 def build(model_id, variant=0):
@@ -450,7 +839,7 @@ def build(model_id, variant=0):
         mt, cls = rest.split("/")
         b = _hf_build(mt, cls, variant)
     elif src == "timm":
-        b = _timm_build(rest)
+        b = _timm_build(rest, variant)
     elif src == "tv":
         kind, name = rest.split("/")
         b = _tv_build(kind, name)

@@ -290,6 +290,8 @@ def _run_model(model_id, modes, train):
     for variant in range(M.variants(model_id)):
         try:
             built = M.build(model_id, variant)
+        except M.SameAsBefore:
+            continue
         except M.Excluded as e:
             reasons.append(str(e))
             continue
