@@ -12,6 +12,7 @@ import torch
 
 import torchtpu
 from tolerances import assert_close
+from op_helpers import native
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64,
           torch.int32, torch.int8, torch.uint8, torch.bool]
@@ -672,3 +673,37 @@ def test_repeat_interleave_errors():
     ok = torch.tensor([1, 2])  # output_size disagrees: found by the kernel, raised at the sync
     same_error(lambda: torch.repeat_interleave(ok, output_size=4), lambda: torch.repeat_interleave(tpu(ok), output_size=4))
     same_error(lambda: torch.repeat_interleave(r, output_size=2), lambda: torch.repeat_interleave(tpu(r), output_size=2))
+
+
+@pytest.mark.parametrize("ri", [False, True])
+@pytest.mark.parametrize("rc", [False, True])
+@pytest.mark.parametrize("x", [torch.tensor([1, 1, 2, 2, 3, 1, 1, 2]), torch.tensor([[1.0, 1.0], [float("nan"), float("nan")]]),
+                               torch.tensor([], dtype=torch.long), torch.tensor([5]), torch.tensor([0, 0, 1])],
+                         ids=["runs", "nan_2d", "empty", "one", "1d"])
+def test_unique_consecutive_matches_cpu(x, ri, rc):
+    """unique_consecutive over the flattened input (what the HF sequence-classification
+    heads call) runs natively; values, inverse and counts equal CPU's."""
+    ref = torch.unique_consecutive(x, return_inverse=ri, return_counts=rc)
+    with native("unique_consecutive"):
+        got = torch.unique_consecutive(x.to("tpu"), return_inverse=ri, return_counts=rc)
+    ref, got = (ref, got) if isinstance(ref, tuple) else ((ref,), (got,))
+    for a, b in zip(ref, got):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.nan_to_num(7.0), b.cpu().nan_to_num(7.0))
+
+
+def test_unique_consecutive_dim_of_2d_input_uses_counted_fallback():
+    x = torch.tensor([[1, 1], [1, 1], [2, 2]])
+    before = dict(torchtpu.fallback_report())
+    got = torch.unique_consecutive(x.to("tpu"), dim=0)
+    assert torch.equal(got.cpu(), torch.unique_consecutive(x, dim=0))
+    assert torchtpu.fallback_report().get("aten::unique_consecutive", 0) == before.get("aten::unique_consecutive", 0) + 1
+
+
+def test_assert_async():
+    with native("_assert_async"):
+        torch._assert_async(torch.tensor(1, device="tpu"))
+        with pytest.raises(RuntimeError, match="single nonzero value"):
+            torch._assert_async(torch.tensor(0, device="tpu"))
+        with pytest.raises(RuntimeError, match="custom message"):
+            torch._assert_async(torch.tensor(0.0, device="tpu"), "custom message")

@@ -514,6 +514,56 @@ at::Tensor masked_softmax(const at::Tensor& input, const at::Tensor& mask, std::
   return out.masked_fill(m, 0);
 }
 
+// ---- data-dependent ops written as compositions ---------------------------------------
+
+// unique_consecutive over the flattened input (dim None, or the only dim of a 1-d input):
+// a run starts where an element differs from its predecessor (NaN differs from itself,
+// as on CPU). Other dims go to the CPU fallback, counted like any other op.
+void unique_consecutive_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 4);
+  const at::Tensor self = args[0].toTensor();
+  const bool want_inverse = args[1].toBool(), want_counts = args[2].toBool();
+  const auto dim = args[3].toOptional<int64_t>();
+  if (dim.has_value() && !(self.dim() == 1 && (*dim == 0 || *dim == -1))) {
+    cpu_fallback_boxed(op, stack);
+    return;
+  }
+  const auto x = self.reshape({-1});
+  const int64_t n = x.numel();
+  const auto long_opts = self.options().dtype(at::kLong);
+  at::Tensor values, inverse, counts;
+  if (n == 0) {
+    values = at::empty({0}, self.options());
+    inverse = at::empty(self.sizes(), long_opts);
+    counts = at::empty({0}, long_opts);
+  } else {
+    auto starts = at::cat({at::ones({1}, self.options().dtype(at::kBool)), at::ne(x.slice(0, 1), x.slice(0, 0, n - 1))});
+    values = x.masked_select(starts);
+    inverse = want_inverse ? (starts.cumsum(0) - 1).view(self.sizes()) : at::empty({0}, long_opts);
+    if (want_counts) {
+      auto pos = starts.nonzero().view({-1});
+      counts = at::cat({pos.slice(0, 1), at::full({1}, n, long_opts)}) - pos;
+    } else {
+      counts = at::empty({0}, long_opts);
+    }
+  }
+  if (!want_inverse) inverse = at::empty({0}, long_opts);
+  torch::jit::drop(*stack, 4);
+  torch::jit::push(*stack, std::move(values), std::move(inverse), std::move(counts));
+}
+
+// _assert_async: the tensor (one element) must be nonzero. Checked when called, which
+// reads one value from the device (CUDA defers it; CPU checks at once, as here).
+void assert_async(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
+  TORCH_CHECK(self.ne(0).item<bool>(), "Expected Tensor with single nonzero value, but got zero");
+}
+
+void assert_async_msg(const at::Tensor& self, c10::string_view msg) {
+  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
+  TORCH_CHECK(self.ne(0).item<bool>(), msg);
+}
+
 }  // namespace
 
 std::vector<std::string> g_native, g_skipped;
@@ -542,6 +592,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_masked_softmax", masked_softmax);
   m.impl("_addmm_activation", addmm_activation);
   m.impl("_addmm_activation.out", addmm_activation_out);
+  m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&unique_consecutive_boxed>());
+  m.impl("_assert_async", assert_async);
+  m.impl("_assert_async.msg", assert_async_msg);
 
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {
