@@ -56,8 +56,9 @@ def bw_rows(devices, ops):
 
 
 def dispatch_rows(devices, n=10_000):
-    row = {"op": f"add of 16-element tensors ({n:,} ops, one synchronize)"}
-    for dev in devices:
+    """A chain of tiny adds, per tpu eager mode (strict runs each op at once; defer_and_fuse
+    records it into a graph first), against CPU eager measured once."""
+    def loop_on(dev):
         a, b = torch.randn(16, device=dev), torch.randn(16, device=dev)
 
         def loop():
@@ -65,9 +66,18 @@ def dispatch_rows(devices, n=10_000):
             for _ in range(n):
                 c = torch.add(c, b)
             return c
-        row[dev] = bench(loop, dev, warmup=1, reps=3) / n  # seconds per op
-    progress("dispatch: " + ", ".join(f"{d} {row[d] * 1e6:.1f} us/op" for d in devices))
-    return [row]
+        return bench(loop, dev, warmup=1, reps=3) / n  # seconds per op
+    cpu = loop_on("cpu") if "cpu" in devices else None
+    rows = []
+    if "tpu" in devices:
+        import torchtpu
+        for mode in ("strict", "defer_and_fuse"):
+            with torchtpu.set_eager_mode(mode):
+                rows.append({"op": f"add of 16-element tensors ({n:,} ops, one synchronize), tpu {mode}",
+                             "tpu": loop_on("tpu"), "cpu": cpu})
+    progress("dispatch: " + ", ".join(f"{r['op'].rsplit(' ', 1)[-1]} {r['tpu'] * 1e6:.1f} us/op" for r in rows)
+             + (f", cpu {cpu * 1e6:.1f} us/op" if cpu else ""))
+    return rows
 
 
 def main():

@@ -152,7 +152,8 @@ def main():
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, s, d, c, ps, pd, share in rows:
         lines.append(f"| {name} | {s*1e3:.2f} | {d*1e3:.2f} | {s/d:.2f}x | {c*1e3:.2f} | {c/d:.2f}x | "
-                     f"{ps/2**20:.2f} | {pd/2**20:.2f} | {share:.0%} | {1 / (1 - share):.2f}x |")
+                     f"{ps/2**20:.2f} | {pd/2**20:.2f} | {share:.0%} | "
+                     f"{f'{1 / (1 - share):.2f}x' if share < 0.99 else 'unbounded'} |")
     lines += ["", "*fusable share*: of one step's kernel time in debug mode (launch-blocking, timed per "
               "op), the part spent in ops that defer_and_fuse can run inside fused groups "
               "(`torchtpu.trace()`'s `fusable`). Removing that time entirely would give *fusion bound* "

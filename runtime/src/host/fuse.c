@@ -96,12 +96,14 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
   char* round_buf = scratch + per_node * (size_t)k;
   float* row_buf = (float*)(round_buf + (size_t)TILE * 8);   /* the reduced member's row */
   double* row_scratch = (double*)(row_buf + 2 * row_k);     /* 8-byte aligned */
-  for (int i = 0; i < k; ++i) /* constant tiles for scalar inputs */
+  /* constant tiles for scalar inputs, as long as a tile of this group gets */
+  int64_t fill = nd && shape[nd - 1] < TILE ? shape[nd - 1] : TILE;
+  for (int i = 0; i < k; ++i)
     for (int j = 0; j < nodes[i]->n_in; ++j)
       if (src[i * 8 + j].kind == 1) {
         const tpu_operand_t* s = &nodes[i]->in[j];
         char* buf = scratch + per_node * (size_t)i + (size_t)(j + 1) * TILE * 8;
-        for (int64_t t = 0; t < TILE; ++t) {
+        for (int64_t t = 0; t < fill; ++t) {
           if (cdt[i] == TPU_DTYPE_F32) ((float*)buf)[t] = (float)s->scalar_d;
           else if (cdt[i] == TPU_DTYPE_F64) ((double*)buf)[t] = s->scalar_d;
           else ((int64_t*)buf)[t] = s->scalar_i;
