@@ -95,7 +95,7 @@ void tpu__debug_after_run(tpu_node_t* n, double us, tpu_status_t* st) {
     }
     pthread_mutex_lock(&mu);
     if (warn_n < WARN_CAP) {
-      snprintf(warnings[(warn_head + warn_n) % WARN_CAP], sizeof warnings[0], "%s%s%s", msg,
+      snprintf(warnings[(warn_head + warn_n) % WARN_CAP], sizeof warnings[0], "%.300s%s%.200s", msg,
                n->site ? " at " : "", n->site ? n->site : "");
       warn_n++;
     }

@@ -157,7 +157,7 @@ tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, voi
 tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx) {
   /* Same chunks as the parallel run, one after another: results that depend on the
    * partition (per-chunk partials) stay identical to what the pool would compute. */
-  region_t r = {fn, ctx, n, chunks, {0}};
+  region_t r = {fn, ctx, n, chunks};
   bool outer = in_region;
   in_region = true;
   for (int c = 0; c < chunks; ++c) {
