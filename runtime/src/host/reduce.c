@@ -484,27 +484,32 @@ static inline double log_add_exp(double a, double b) {
 
 /* Float rows are read and written in the row dtype (T = float or double); the running
  * values are double. */
-/* The largest element of a row, NaN if any: 16 running maxima (a loop the compiler
- * vectorizes), then their maximum; max is exact, so the order does not matter. */
-#define ROW_MAX(T, SFX)                                                                     \
+/* The largest element of a row, NaN if any: one vector of running maxima (GCC vectors,
+ * with NaN lanes tracked in a mask: the element-wise ternary form stayed scalar), then
+ * their maximum; max is exact, so the order does not matter. */
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define ROW_MAX(T, SFX, VT, IT, L)                                                          \
   TPU_ISA_CLONES static double row_max_##SFX(const T* x, int64_t n) {                      \
-    T acc[16];                                                                              \
-    int nan = 0;                                                                            \
-    for (int l = 0; l < 16; ++l) acc[l] = -(T)INFINITY;                                     \
+    VT acc;                                                                                 \
+    IT nan = {0};                                                                           \
+    for (int l = 0; l < L; ++l) acc[l] = -(T)INFINITY;                                      \
     int64_t i = 0;                                                                          \
-    for (; i + 16 <= n; i += 16)                                                            \
-      for (int l = 0; l < 16; ++l) {                                                        \
-        T v = x[i + l];                                                                     \
-        nan |= v != v;                                                                      \
-        acc[l] = v > acc[l] ? v : acc[l];                                                   \
-      }                                                                                     \
+    for (; i + L <= n; i += L) {                                                            \
+      VT v;                                                                                 \
+      memcpy(&v, x + i, sizeof v);                                                          \
+      IT gt = v > acc;                                                                      \
+      acc = (VT)(((IT)v & gt) | ((IT)acc & ~gt));                                           \
+      nan |= v != v;                                                                        \
+    }                                                                                       \
     T m = -(T)INFINITY;                                                                     \
-    for (int l = 0; l < 16; ++l) m = acc[l] > m ? acc[l] : m;                               \
-    for (; i < n; ++i) { nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }                    \
-    return nan ? (double)NAN : (double)m;                                                   \
+    bool any_nan = false;                                                                   \
+    for (int l = 0; l < L; ++l) { m = acc[l] > m ? acc[l] : m; any_nan |= nan[l] != 0; }    \
+    for (; i < n; ++i) { any_nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }                \
+    return any_nan ? (double)NAN : (double)m;                                               \
   }
-ROW_MAX(float, f32)
-ROW_MAX(double, f64)
+ROW_MAX(float, f32, v16f, v16i, 16)
+ROW_MAX(double, f64, v8d, v8l, 8)
 
 #define SCAN_ROW(T, SFX, EXPT)                                                              \
   TPU_ISA_CLONES static void scan_row_##SFX(tpu_kind_t k, const T* fx, T* fy, int64_t* idx, int64_t n) {   \
