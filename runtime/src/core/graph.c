@@ -372,32 +372,23 @@ static bool note_skipped(const tpu_node_t* k, vset_t* reads, vset_t* writes) {
   return ok;
 }
 
-/* Value -> node map for the components (open addressing over value pointers). */
-typedef struct vnode_s { const tpu_value_t** keys; int* node; int cap, n; } vnode_t;
+/* Value -> first candidate touching it, for the components: the graph's value ids
+ * (vmap_t) index a growable array. */
+typedef struct owners_s { vmap_t ids; int* node; int cap; } owners_t;
 
-static int* vnode_slot(vnode_t* m, const tpu_value_t* v) {
-  if ((m->n + 1) * 2 > m->cap) {
-    int cap = m->cap ? m->cap * 2 : 256;
-    const tpu_value_t** k = tpu__calloc((size_t)cap, sizeof(*k));
-    int* nd = tpu__malloc(sizeof(int) * (size_t)cap);
-    if (!k || !nd) { tpu__free(k); tpu__free(nd); return NULL; }
-    for (int i = 0; i < m->cap; ++i)
-      if (m->keys[i]) {
-        size_t h = ((uintptr_t)m->keys[i] >> 4) & (size_t)(cap - 1);
-        while (k[h]) h = (h + 1) & (size_t)(cap - 1);
-        k[h] = m->keys[i];
-        nd[h] = m->node[i];
-      }
-    tpu__free(m->keys);
-    tpu__free(m->node);
-    m->keys = k;
-    m->node = nd;
-    m->cap = cap;
+static int* owner_slot(owners_t* o, const tpu_value_t* v) {
+  int id = vmap_id(&o->ids, v);
+  if (id < 0) return NULL;
+  if (id >= o->cap) {
+    int cap = o->cap ? o->cap * 2 : 256;
+    while (cap <= id) cap *= 2;
+    int* nd = tpu__realloc(o->node, sizeof(int) * (size_t)cap);
+    if (!nd) return NULL;
+    for (int i = o->cap; i < cap; ++i) nd[i] = -1;
+    o->node = nd;
+    o->cap = cap;
   }
-  size_t h = ((uintptr_t)v >> 4) & (size_t)(m->cap - 1);
-  while (m->keys[h] && m->keys[h] != v) h = (h + 1) & (size_t)(m->cap - 1);
-  if (!m->keys[h]) { m->keys[h] = v; m->node[h] = -1; m->n++; }
-  return &m->node[h];
+  return &o->node[id];
 }
 
 static int uf_find(int* parent, int x) {
@@ -411,10 +402,10 @@ static int uf_find(int* parent, int x) {
  * ops apart, issued op-major over the parameters). comp[j - i] is j's component root
  * (-1: not a candidate), size[root] its candidate count. */
 static bool components(tpu_graph_t* g, int i, int limit, const uint8_t* fusable, const uint8_t* assigned,
-                       int* comp, int* size, vnode_t* vm) {
+                       int* comp, int* size, owners_t* vm) {
   const tpu_operand_t* shape = &g->nodes[i]->out[0];
-  if (vm->keys) memset(vm->keys, 0, sizeof(*vm->keys) * (size_t)vm->cap);
-  vm->n = 0;
+  for (int k = 0; k < vm->ids.count && k < vm->cap; ++k) vm->node[k] = -1;
+  vmap_clear(&vm->ids);
   for (int j = i; j < limit; ++j) {
     int r = j - i;
     comp[r] = -1;
@@ -426,7 +417,7 @@ static bool components(tpu_graph_t* g, int i, int limit, const uint8_t* fusable,
     for (int k = 0; k < c->n_in + c->n_out; ++k) {
       const tpu_value_t* v = k < c->n_in ? c->in[k].value : c->out[k - c->n_in].value;
       if (!v) continue;
-      int* slot = vnode_slot(vm, v);
+      int* slot = owner_slot(vm, v);
       if (!slot) return false;
       if (*slot < 0) { *slot = r; continue; }
       int a = uf_find(comp, *slot), b = uf_find(comp, r);
@@ -478,7 +469,7 @@ static tpu_status_t partition(tpu_graph_t* g) {
   int* size = tpu__malloc(sizeof(int) * (size_t)(win ? win : 1));
   uint8_t* taken = tpu__calloc((size_t)(win ? win : 1), 1); /* per root: accepted */
   vset_t sr = {0}, sw = {0};
-  vnode_t vm = {0};
+  owners_t vm = {0};
   tpu_status_t st = NULL;
   if (!assigned || !fusable || !members || !comp || !size || !taken) goto oom;
   for (int i = 0; fusion && i < g->n; ++i) fusable[i] = drv->vt->can_fuse(drv, g->nodes[i]);
@@ -564,7 +555,8 @@ done:
   tpu__free(taken);
   tpu__free(sr.keys);
   tpu__free(sw.keys);
-  tpu__free(vm.keys);
+  tpu__free(vm.ids.keys);
+  tpu__free(vm.ids.ids);
   tpu__free(vm.node);
   return st;
 }
