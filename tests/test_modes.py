@@ -224,6 +224,29 @@ def test_defer_loop_detection_and_plan_cache():
     assert sum(c["fused_groups"] for c in cuts) > 0
 
 
+def test_defer_loop_detection_op_major_optimizer():
+    """A foreach optimizer issues each op for every parameter in a row, so an op's previous
+    occurrence is one parameter back, not one step: loop detection must still find the
+    step (and not leave every cut to the size limit, whose phase drifts, so no plan hits)."""
+    torch.manual_seed(0)
+    params = [torch.randn(8, 8, device="tpu", requires_grad=True) for _ in range(40)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        opt.step()
+        torch.tpu.synchronize()
+        torchtpu.explain(clear=True)
+        for _ in range(6):  # no host reads
+            opt.step()
+        torch.tpu.synchronize()
+        cuts = torchtpu.explain()
+    reasons = [c["reason"] for c in cuts]
+    assert any("loop detected" in r for r in reasons), str(cuts)
+    assert not any("size limit" in r for r in reasons), str(cuts)
+    assert cuts.plan_cache_hits >= 3, str(cuts)
+
+
 def test_defer_lower_peak_memory():
     x = torch.randn(1 << 18)
     def run(mode):

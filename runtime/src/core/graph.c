@@ -26,6 +26,7 @@
 
 #define MAX_DEVICES 64
 #define MIN_PERIOD 16
+#define LOOP_WINDOW 16 /* ops hashed together to place an op for loop detection */
 #define MAX_GROUP 64
 #define EXPLAIN_CAP 4096
 #define PLAN_CACHE_CAP 512
@@ -59,10 +60,15 @@ typedef struct pending_s {
   uint64_t shape_chain;/* running hash of shape hashes */
   int period, run;     /* candidate repetition period (0: none) and how many ops in a
                           row have equalled the op one period earlier */
-  uint64_t* seen_h;    /* shape hash -> last position (open addressing), for periods */
+  uint64_t* seen_h;    /* window hash -> last position (open addressing), for periods */
   int* seen_pos;
   int seen_cap, seen_n;
   vmap_t vmap;
+  int* vrefs;          /* per value id: references by the pending ops' operands */
+  int vrefs_cap;
+  int* out0;           /* per node: value id of its output 0, -1 if none is bound */
+  bool unkeyed;        /* host OOM while hashing: these ops must not use the plan cache */
+  int last_site;       /* the last pending node with a call site (debug mode), or -1 */
   uint64_t last_chain; /* previous graph's shape chain and length */
   int last_len;
 } pending_t;
@@ -165,13 +171,44 @@ static int graph_max_nodes(void) {
   return max_nodes;
 }
 
-static uint64_t flow_hash(pending_t* p, const tpu_node_t* n, uint64_t shape_h) {
+/* The graph-local id of v, counted as one more operand reference (-1: host OOM). */
+static int ref_value(pending_t* p, const tpu_value_t* v) {
+  int id = vmap_id(&p->vmap, v);
+  if (id >= 0 && id >= p->vrefs_cap) {
+    int cap = p->vrefs_cap ? p->vrefs_cap * 2 : 256;
+    while (cap <= id) cap *= 2;
+    int* r = tpu__realloc(p->vrefs, sizeof(int) * (size_t)cap);
+    if (!r) id = -1;
+    else {
+      memset(r + p->vrefs_cap, 0, sizeof(int) * (size_t)(cap - p->vrefs_cap));
+      p->vrefs = r;
+      p->vrefs_cap = cap;
+    }
+  }
+  if (id < 0) p->unkeyed = true;
+  else p->vrefs[id]++;
+  return id;
+}
+
+/* Node m's flow hash; also counts its operand references and records its output 0. */
+static uint64_t flow_hash(pending_t* p, int m, uint64_t shape_h) {
+  const tpu_node_t* n = p->nodes[m];
   uint64_t h = shape_h;
   for (int i = 0; i < n->n_in; ++i)
-    h = mix(h, n->in[i].value ? (uint64_t)vmap_id(&p->vmap, n->in[i].value) + 1 : 0);
-  for (int i = 0; i < n->n_out; ++i)
-    h = mix(h, n->out_bound[i] ? (uint64_t)vmap_id(&p->vmap, n->out[i].value) + 1 : 0);
+    h = mix(h, n->in[i].value ? (uint64_t)ref_value(p, n->in[i].value) + 1 : 0);
+  p->out0[m] = -1;
+  for (int i = 0; i < n->n_out; ++i) {
+    int id = n->out_bound[i] ? ref_value(p, n->out[i].value) : -1;
+    if (i == 0) p->out0[m] = id;
+    h = mix(h, (uint64_t)(id + 1));
+  }
   return h;
+}
+
+static void ids_clear(pending_t* p) {
+  if (p->vrefs) memset(p->vrefs, 0, sizeof(int) * (size_t)(p->vmap.count < p->vrefs_cap ? p->vmap.count : p->vrefs_cap));
+  vmap_clear(&p->vmap);
+  p->unkeyed = false;
 }
 
 /* Last position of shape hash h among the pending ops (-1: none); then records m. */
@@ -213,6 +250,9 @@ static tpu_status_t push_node(pending_t* p, tpu_node_t* n) {
     uint64_t* sh = tpu__realloc(p->shape_h, sizeof(*sh) * (size_t)cap);
     if (!sh) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM growing the pending graph");
     p->shape_h = sh;
+    int* o0 = tpu__realloc(p->out0, sizeof(*o0) * (size_t)cap);
+    if (!o0) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM growing the pending graph");
+    p->out0 = o0;
     p->cap = cap;
   }
   uint64_t sh = node_shape_hash(n);
@@ -220,15 +260,21 @@ static tpu_status_t push_node(pending_t* p, tpu_node_t* n) {
   p->nodes[m] = n;
   p->shape_h[m] = sh;
   p->n++;
-  p->flow = mix(p->flow, flow_hash(p, n, sh));
+  if (n->site) p->last_site = m;
+  p->flow = mix(p->flow, flow_hash(p, m, sh));
   p->shape_chain = mix(p->shape_chain, sh);
-  /* Repetition: the distance to this op's previous occurrence is a candidate period; it
-   * holds while each op equals the one a period earlier. */
+  /* Repetition: the distance to the previous occurrence of the last LOOP_WINDOW ops is a
+   * candidate period; it holds while each op equals the one a period earlier. (A window,
+   * not the op alone: an optimizer issues the same op for hundreds of tensors in a row,
+   * so one op's previous occurrence says nothing about where the step began.) */
   if (p->period) {
     if (sh == p->shape_h[m - p->period]) p->run++;
     else p->period = p->run = 0;
   }
-  int last = seen_swap(p, sh, m);
+  if (m + 1 < LOOP_WINDOW) return NULL;
+  uint64_t wh = 0;
+  for (int i = m + 1 - LOOP_WINDOW; i <= m; ++i) wh = mix(wh, p->shape_h[i]);
+  int last = seen_swap(p, wh, m);
   if (!p->period && last >= 0 && m - last >= MIN_PERIOD) {
     p->period = m - last;
     p->run = 1;
@@ -244,7 +290,8 @@ static tpu_status_t restart_with(pending_t* p, tpu_node_t** rest, int count) {
   p->period = p->run = 0;
   if (p->seen_pos) for (int i = 0; i < p->seen_cap; ++i) p->seen_pos[i] = -1;
   p->seen_n = 0;
-  vmap_clear(&p->vmap);
+  p->last_site = -1;
+  ids_clear(p);
   for (int i = 0; i < count; ++i) TPU_RETURN_IF_ERROR(push_node(p, rest[i]));
   return NULL;
 }
@@ -561,39 +608,14 @@ done:
   return st;
 }
 
-/* The key adds, to the flow hash, which values are referenced only by the graph (one
- * pass: operand references per value, then compare with each value's refcount). */
-static uint64_t plan_key(tpu_node_t** nodes, int n, uint64_t flow) {
-  vmap_t m = {0};
-  int cap = 0, *count = NULL;
+/* The key adds, to the flow hash, which values are referenced only by the graph: a
+ * value's refcount equals the operand references counted while appending. */
+static uint64_t plan_key(const pending_t* p, int n, uint64_t flow) {
   uint64_t h = mix(flow, (uint64_t)n);
-  for (int pass = 0; pass < 2; ++pass)
-    for (int i = 0; i < n; ++i) {
-      const tpu_node_t* nd = nodes[i];
-      for (int j = 0; j < nd->n_in + nd->n_out; ++j) {
-        const tpu_operand_t* op = j < nd->n_in ? &nd->in[j] : &nd->out[j - nd->n_in];
-        if (!op->value || (j >= nd->n_in && !nd->out_bound[j - nd->n_in])) continue;
-        int id = vmap_id(&m, op->value);
-        if (id < 0) { h = mix(h, 0xdead); continue; } /* host OOM: the key just gets less precise */
-        if (pass == 0) {
-          if (id >= cap) {
-            int nc = cap ? cap * 2 : 256;
-            while (nc <= id) nc *= 2;
-            int* c2 = tpu__realloc(count, sizeof(int) * (size_t)nc);
-            if (!c2) continue;
-            memset(c2 + cap, 0, sizeof(int) * (size_t)(nc - cap));
-            count = c2;
-            cap = nc;
-          }
-          count[id]++;
-        } else if (j == nd->n_in && id < cap) { /* output 0: is it dead outside the graph? */
-          h = mix(h, (uint64_t)(atomic_load(&op->value->refs) == count[id]));
-        }
-      }
-    }
-  tpu__free(count);
-  tpu__free(m.keys);
-  tpu__free(m.ids);
+  for (int i = 0; i < n; ++i) {
+    int id = p->out0[i];
+    if (id >= 0) h = mix(h, (uint64_t)(atomic_load(&p->nodes[i]->out[0].value->refs) == p->vrefs[id]));
+  }
   return h;
 }
 
@@ -601,16 +623,30 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   pending_t* p = &pend[device];
   double t0 = now_us();
   int n = upto;
-  /* Flow hash of the prefix: recomputed when cutting before the end. */
-  uint64_t flow = p->flow;
-  if (upto != p->n) {
-    vmap_t saved = p->vmap;
+  /* Flow hash and key of the prefix: recomputed (ids, reference counts) when cutting
+   * before the end. */
+  uint64_t flow = p->flow, key;
+  bool keyed;
+  if (upto == p->n) {
+    key = plan_key(p, n, flow);
+    keyed = !p->unkeyed;
+  } else {
+    pending_t whole = *p;
     p->vmap = (vmap_t){0};
+    p->vrefs = NULL;
+    p->vrefs_cap = 0;
+    p->unkeyed = false;
     flow = 0;
-    for (int i = 0; i < n; ++i) flow = mix(flow, flow_hash(p, p->nodes[i], p->shape_h[i]));
+    for (int i = 0; i < n; ++i) flow = mix(flow, flow_hash(p, i, p->shape_h[i]));
+    key = plan_key(p, n, flow);
+    keyed = !p->unkeyed;
     tpu__free(p->vmap.keys);
     tpu__free(p->vmap.ids);
-    p->vmap = saved;
+    tpu__free(p->vrefs);
+    /* out0 of the prefix's nodes is the same in both numberings, unless an id could not
+     * be made (host OOM): then the whole graph's key is not trusted either */
+    whole.unkeyed |= !keyed;
+    *p = whole;
   }
   uint64_t chain = 0;
   for (int i = 0; i < n; ++i) chain = mix(chain, p->shape_h[i]);
@@ -630,9 +666,8 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   g->device = device;
   g->n = n;
   memcpy(g->nodes, p->nodes, sizeof(tpu_node_t*) * (size_t)n);
-  uint64_t key = plan_key(g->nodes, n, flow);
   plan_t* hit = NULL;
-  for (plan_t* c = plan_cache[key % PLAN_CACHE_CAP]; c; c = c->next)
+  for (plan_t* c = keyed ? plan_cache[key % PLAN_CACHE_CAP] : NULL; c; c = c->next)
     if (c->key == key && c->n == n) { hit = c; break; }
   if (hit) {
     memcpy(g->order, hit->order, sizeof(int) * (size_t)n);
@@ -647,7 +682,7 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
       return pst;
     }
     plans_built++;
-    plan_t* c = tpu__calloc(1, sizeof(*c));
+    plan_t* c = keyed ? tpu__calloc(1, sizeof(*c)) : NULL;
     if (c) {
       c->order = tpu__malloc(sizeof(int) * (size_t)n);
       c->glen = tpu__malloc(sizeof(int) * (size_t)n);
@@ -668,8 +703,9 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   /* The explain record. */
   tpu_cut_record_t rec = {0};
   snprintf(rec.reason, sizeof rec.reason, "%s", reason);
-  const char* site = NULL;
-  for (int i = n - 1; i >= 0 && !site; --i) site = g->nodes[i]->site;
+  const char* site = NULL; /* (nodes carry sites only in debug mode or at a host read) */
+  if (p->last_site >= 0 && p->last_site < n) site = g->nodes[p->last_site]->site;
+  for (int i = p->last_site >= n ? n - 1 : -1; i >= 0 && !site; --i) site = g->nodes[i]->site;
   const char* cur = tpu__current_site();
   snprintf(rec.site, sizeof rec.site, "%s", cur ? cur : site ? site : "");
   rec.device = device;
@@ -745,6 +781,7 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   tpu_status_t first = NULL;
   tpu_node_t* members[MAX_GROUP];
   uint8_t internal[MAX_GROUP];
+  tpu_vmark_t inside;
   for (int pos = 0; pos < g->n;) {
     int len = g->glen[pos];
     tpu_status_t st = NULL;
@@ -757,15 +794,14 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
         members[k] = g->nodes[g->order[pos + k]];
         internal[k] = g->internal[g->order[pos + k]];
       }
+      tpu__vmark_clear(&inside); /* values produced inside the group, never stored */
       for (int k = 0; k < len && !st; ++k) {
         tpu_node_t* n = members[k];
-        for (int j = 0; j < n->n_in && !st; ++j) {
-          const tpu_value_t* v = n->in[j].value;
-          bool inside = false; /* produced inside the group, never stored */
-          for (int q = 0; q < k && !inside; ++q) inside = internal[q] && members[q]->out[0].value == v;
-          if (v && !inside) st = tpu__value_materialize(n->in[j].value);
-        }
+        for (int j = 0; j < n->n_in && !st; ++j)
+          if (n->in[j].value && tpu__vmark_get(&inside, n->in[j].value) < 0)
+            st = tpu__value_materialize(n->in[j].value);
         if (!st && !internal[k]) st = tpu__value_materialize(n->out[0].value);
+        if (internal[k]) *tpu__vmark_slot(&inside, n->out[0].value) = k;
         /* an ending row reduction: every output is stored */
         for (int j = 1; j < n->n_out && !st && k == len - 1 && !drv->vt->can_fuse(drv, n); ++j)
           if (n->out_bound[j]) st = tpu__value_materialize(n->out[j].value);

@@ -125,6 +125,28 @@ static inline bool tpu__operand_same_view(const tpu_operand_t* a, const tpu_oper
 }
 bool tpu__operand_is_contiguous(const tpu_operand_t* op);
 
+/* A small map from value pointers to ints, for bookkeeping inside one fused group (which
+ * member last wrote a value): at most TPU_VMARK_KEYS / 2 keys, the caller's bound. */
+#define TPU_VMARK_KEYS 512
+typedef struct tpu_vmark_s {
+  const tpu_value_t* key[TPU_VMARK_KEYS];
+  int val[TPU_VMARK_KEYS];
+} tpu_vmark_t;
+
+static inline void tpu__vmark_clear(tpu_vmark_t* m) { memset(m->key, 0, sizeof m->key); }
+static inline int* tpu__vmark_slot(tpu_vmark_t* m, const tpu_value_t* v) {
+  size_t h = ((uintptr_t)v >> 4) & (TPU_VMARK_KEYS - 1);
+  while (m->key[h] && m->key[h] != v) h = (h + 1) & (TPU_VMARK_KEYS - 1);
+  if (!m->key[h]) { m->key[h] = v; m->val[h] = -1; }
+  return &m->val[h];
+}
+/* The int stored for v, or -1. */
+static inline int tpu__vmark_get(const tpu_vmark_t* m, const tpu_value_t* v) {
+  size_t h = ((uintptr_t)v >> 4) & (TPU_VMARK_KEYS - 1);
+  while (m->key[h] && m->key[h] != v) h = (h + 1) & (TPU_VMARK_KEYS - 1);
+  return m->key[h] ? m->val[h] : -1;
+}
+
 /* ---- execution */
 /* Mode-aware submission: strict/debug queue the node, defer_and_fuse appends it to the
  * device's pending graph. Consumes node. */

@@ -19,7 +19,7 @@
 
 typedef struct src_s {
   int kind;        /* 0 external operand, 1 scalar, 2 producer tile */
-  int index;       /* external operand index or producer node index */
+  int index;       /* external operand index, constant tile index or producer node index */
 } src_t;
 
 bool tpu__host_can_end_group(tpu_driver_t* d, const tpu_node_t* producer, const tpu_node_t* n) {
@@ -67,6 +67,10 @@ typedef struct group_ctx_s {
   const tpu_tile_fn* fns;
   const tpu_operand_t* const* ext;
   int n_ext;
+  const uint8_t* direct; /* per member: computes straight into its stored output */
+  const tpu_operand_t* const* consts; /* distinct scalar inputs (value and compute dtype) */
+  const tpu_dtype_t* const_dt;
+  int n_const;
   /* The iteration space after coalescing: dims that are contiguous in every external
    * operand are merged, so rows are as long as possible. strides[e][d]: element stride
    * of external operand e in dim d (0 where it broadcasts). */
@@ -79,7 +83,9 @@ typedef struct group_ctx_s {
 
 /* Rows [r0, r1) of the group's iteration space (one row = the last dimension), with
  * this chunk's own tile buffers: chunks never share scratch, so a group runs in parallel
- * over rows and every element is computed by the same sequence of operations. */
+ * over rows and every element is computed by the same sequence of operations. A member
+ * whose stored output is dense in its compute dtype computes straight into memory, and
+ * later members read that tile from there. */
 static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
   (void)tid;
   const group_ctx_t* c = vctx;
@@ -89,29 +95,30 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
   const tpu_operand_t* const* ext = c->ext;
   int k = c->k, nd = c->nd;
   const int64_t* shape = c->shape;
-  size_t per_node = (size_t)9 * TILE * 8;
+  size_t tile_bytes = (size_t)TILE * 8, per_node = 9 * tile_bytes;
   int64_t row_k = c->end ? c->end->k : 0;
-  char* scratch = thread_scratch(per_node * (size_t)k + (size_t)TILE * 8 + (size_t)row_k * 3 * 8);
+  char* scratch = thread_scratch(per_node * (size_t)k + tile_bytes * (size_t)(1 + c->n_const) +
+                                 (size_t)row_k * 3 * 8);
   if (!scratch) return TPU_HOST_NOMEM();
   char* round_buf = scratch + per_node * (size_t)k;
-  float* row_buf = (float*)(round_buf + (size_t)TILE * 8);   /* the reduced member's row */
-  double* row_scratch = (double*)(row_buf + 2 * row_k);     /* 8-byte aligned */
+  char* const_buf = round_buf + tile_bytes;
+  float* row_buf = (float*)(const_buf + tile_bytes * (size_t)c->n_const); /* the reduced member's row */
+  double* row_scratch = (double*)(row_buf + 2 * row_k);                    /* 8-byte aligned */
   /* constant tiles for scalar inputs, as long as a tile of this group gets */
   int64_t fill = nd && shape[nd - 1] < TILE ? shape[nd - 1] : TILE;
-  for (int i = 0; i < k; ++i)
-    for (int j = 0; j < nodes[i]->n_in; ++j)
-      if (src[i * 8 + j].kind == 1) {
-        const tpu_operand_t* s = &nodes[i]->in[j];
-        char* buf = scratch + per_node * (size_t)i + (size_t)(j + 1) * TILE * 8;
-        for (int64_t t = 0; t < fill; ++t) {
-          if (cdt[i] == TPU_DTYPE_F32) ((float*)buf)[t] = (float)s->scalar_d;
-          else if (cdt[i] == TPU_DTYPE_F64) ((double*)buf)[t] = s->scalar_d;
-          else ((int64_t*)buf)[t] = s->scalar_i;
-        }
-      }
+  for (int q = 0; q < c->n_const; ++q) {
+    const tpu_operand_t* sc = c->consts[q];
+    char* buf = const_buf + tile_bytes * (size_t)q;
+    for (int64_t t = 0; t < fill; ++t) {
+      if (c->const_dt[q] == TPU_DTYPE_F32) ((float*)buf)[t] = (float)sc->scalar_d;
+      else if (c->const_dt[q] == TPU_DTYPE_F64) ((double*)buf)[t] = sc->scalar_d;
+      else ((int64_t*)buf)[t] = sc->scalar_i;
+    }
+  }
   int64_t inner = nd ? shape[nd - 1] : 1;
   int64_t idx[TPU_MAX_DIMS] = {0};
   for (int64_t r = r0, d = nd - 2; d >= 0; --d) { idx[d] = r % shape[d]; r /= shape[d]; }
+  const char* tile_at[MAX_OPS]; /* this tile of each member's output */
   for (int64_t r = r0; r < r1; ++r) {
     int64_t base[MAX_OPS];
     for (int e = 0; e < c->n_ext; ++e) {
@@ -127,10 +134,10 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
         const void* ins[8] = {0};
         for (int j = 0; j < n->n_in; ++j) {
           const src_t* s = &src[i * 8 + j];
-          char* conv = nbuf + (size_t)(j + 1) * TILE * 8;
-          if (s->kind == 1) { ins[j] = conv; continue; }
+          char* conv = nbuf + (size_t)(j + 1) * tile_bytes;
+          if (s->kind == 1) { ins[j] = const_buf + tile_bytes * (size_t)s->index; continue; }
           if (s->kind == 2) {
-            char* pb = scratch + per_node * (size_t)s->index;
+            const char* pb = tile_at[s->index];
             if (cdt[s->index] == cdt[i]) ins[j] = pb;
             else { tpu__convert_run(conv, cdt[i], 1, pb, cdt[s->index], 1, len); ins[j] = conv; }
             continue;
@@ -142,19 +149,23 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
           if (op->dtype == cdt[i] && st_ == 1) ins[j] = p;
           else { tpu__convert_run(conv, cdt[i], 1, p, op->dtype, st_, len); ins[j] = conv; }
         }
-        c->fns[i](len, nbuf, ins, n);
         tpu_dtype_t od = n->out[0].dtype;
+        int oe = c->out_ext[i];
+        char* out = nbuf;
+        if (c->direct[i])
+          out = (char*)ext[oe]->value->data + (base[oe] + t0) * (int64_t)tpu_dtype_size(od);
+        c->fns[i](len, out, ins, n);
         if (od != cdt[i]) { /* round through the output dtype, exactly as a store would */
           tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
           tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
         }
-        if (c->out_ext[i] >= 0) {
-          const tpu_operand_t* op = ext[c->out_ext[i]];
-          int64_t st_ = nd ? c->strides[c->out_ext[i]][nd - 1] : 0;
-          char* p = (char*)op->value->data + (base[c->out_ext[i]] + t0 * st_) * (int64_t)tpu_dtype_size(od);
+        if (oe >= 0 && !c->direct[i]) {
+          int64_t st_ = nd ? c->strides[oe][nd - 1] : 0;
+          char* p = (char*)ext[oe]->value->data + (base[oe] + t0 * st_) * (int64_t)tpu_dtype_size(od);
           tpu__convert_run(p, od, st_, nbuf, cdt[i], 1, len);
         }
-        if (i == c->end_src && c->end) memcpy(row_buf + t0, nbuf, sizeof(float) * (size_t)len);
+        tile_at[i] = out;
+        if (i == c->end_src && c->end) memcpy(row_buf + t0, out, sizeof(float) * (size_t)len);
       }
     }
     if (c->end) c->end->row(c->end, row_buf, r, row_scratch);
@@ -185,16 +196,36 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     TPU_RETURN_IF_ERROR(row_end_open(end, &end_op));
     k--; /* the tile loop runs the elementwise members */
   }
-  /* Gather external operands: inputs read from memory and outputs written to it. */
+  /* Gather external operands: inputs read from memory and outputs written to it. An
+   * input reads the tile of the member that last wrote its value (the planner keeps one
+   * view per value written in a group); a write that a later member overwrites is never
+   * stored; equal scalars share one constant tile. */
   const tpu_operand_t* ext[MAX_OPS];
   int n_ext = 0;
   src_t* src = tpu__calloc((size_t)k * 8, sizeof(src_t));
   int* out_ext = tpu__malloc(sizeof(int) * (size_t)k);
   tpu_dtype_t* cdt = tpu__malloc(sizeof(tpu_dtype_t) * (size_t)k);
   tpu_tile_fn* fns = tpu__malloc(sizeof(tpu_tile_fn) * (size_t)k);
+  uint8_t* direct = tpu__calloc((size_t)k, 1);
+  uint8_t* overwritten = tpu__calloc((size_t)k, 1);
+  const tpu_operand_t** consts = tpu__malloc(sizeof(*consts) * (size_t)k * 8);
+  tpu_dtype_t* const_dt = tpu__malloc(sizeof(tpu_dtype_t) * (size_t)k * 8);
+  tpu_vmark_t* writer = tpu__malloc(sizeof(*writer));
+  int n_const = 0;
   tpu_status_t st = NULL;
   int64_t (*strides)[TPU_MAX_DIMS] = NULL;
-  if (!src || !out_ext || !cdt || !fns) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!src || !out_ext || !cdt || !fns || !direct || !overwritten || !consts || !const_dt || !writer) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  tpu__vmark_clear(writer);
+  for (int i = k - 1; i >= 0; --i) {
+    const tpu_operand_t* o = &nodes[i]->out[0];
+    int* later = tpu__vmark_slot(writer, o->value);
+    overwritten[i] = *later >= 0 && tpu__operand_same_view(&nodes[*later]->out[0], o);
+    *later = i;
+  }
+  tpu__vmark_clear(writer);
   for (int i = 0; i < k; ++i) {
     const tpu_node_t* n = nodes[i];
     fns[i] = tpu__elementwise_tile_fn(n);
@@ -202,18 +233,26 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     for (int j = 0; j < n->n_in; ++j) {
       const tpu_operand_t* op = &n->in[j];
       src_t* s = &src[i * 8 + j];
-      if (op->is_scalar) { s->kind = 1; continue; }
-      int p = -1;
-      for (int q = i - 1; q >= 0 && p < 0; --q)
-        if (tpu__operand_same_view(&nodes[q]->out[0], op)) p = q;
-      if (p >= 0) { s->kind = 2; s->index = p; continue; }
+      if (op->is_scalar) {
+        int q = 0;
+        while (q < n_const && !(const_dt[q] == cdt[i] && consts[q]->scalar_i == op->scalar_i &&
+                                !memcmp(&consts[q]->scalar_d, &op->scalar_d, sizeof(double))))
+          ++q;
+        if (q == n_const) { consts[q] = op; const_dt[q] = cdt[i]; n_const++; }
+        s->kind = 1;
+        s->index = q;
+        continue;
+      }
+      int p = tpu__vmark_get(writer, op->value);
+      if (p >= 0 && tpu__operand_same_view(&nodes[p]->out[0], op)) { s->kind = 2; s->index = p; continue; }
       if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
       s->kind = 0;
       s->index = n_ext;
       ext[n_ext++] = op;
     }
+    *tpu__vmark_slot(writer, n->out[0].value) = i;
     out_ext[i] = -1;
-    if (!internal[i]) {
+    if (!internal[i] && !overwritten[i]) {
       if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
       out_ext[i] = n_ext;
       ext[n_ext++] = &n->out[0];
@@ -222,7 +261,8 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   if (numel == 0) goto done;
   strides = tpu__malloc(sizeof(*strides) * (size_t)(n_ext ? n_ext : 1));
   if (!strides) { st = TPU_HOST_NOMEM(); goto done; }
-  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, 0, {0}, strides, end ? &end_op : NULL, end_src};
+  group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, direct, consts, const_dt, n_const,
+                     0, {0}, strides, end ? &end_op : NULL, end_src};
   /* Broadcast-align every operand's strides, drop size-1 dims, merge contiguous dims. */
   for (int d = 0; d < nd; ++d) {
     if (shape_op->sizes[d] == 1) continue;
@@ -243,6 +283,8 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     }
   }
   if (ctx.nd == 0) { ctx.nd = 1; ctx.shape[0] = 1; for (int e = 0; e < n_ext; ++e) strides[e][0] = 0; }
+  for (int i = 0; i < k; ++i)
+    direct[i] = out_ext[i] >= 0 && nodes[i]->out[0].dtype == cdt[i] && strides[out_ext[i]][ctx.nd - 1] == 1;
   int64_t inner = ctx.shape[ctx.nd - 1];
   int64_t rows = numel / inner;
   int64_t grain = inner >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / inner;
@@ -254,5 +296,10 @@ done:
   tpu__free(out_ext);
   tpu__free(cdt);
   tpu__free(fns);
+  tpu__free(direct);
+  tpu__free(overwritten);
+  tpu__free(consts);
+  tpu__free(const_dt);
+  tpu__free(writer);
   return st;
 }
