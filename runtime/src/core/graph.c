@@ -27,6 +27,8 @@
 #define MAX_DEVICES 64
 #define MIN_PERIOD 16
 #define LOOP_WINDOW 16 /* ops hashed together to place an op for loop detection */
+#define WB 0x100000001b3ull           /* the window hash's base (odd) */
+#define WB_POW 0x4efe15c813151841ull  /* WB^LOOP_WINDOW mod 2^64 */
 #define MAX_GROUP 64
 #define EXPLAIN_CAP 4096
 #define PLAN_CACHE_CAP 512
@@ -58,6 +60,7 @@ typedef struct pending_s {
   int n, cap;
   uint64_t flow;       /* running flow hash */
   uint64_t shape_chain;/* running hash of shape hashes */
+  uint64_t window;     /* rolling hash of the last LOOP_WINDOW shape hashes */
   int period, run;     /* candidate repetition period (0: none) and how many ops in a
                           row have equalled the op one period earlier */
   uint64_t* seen_h;    /* window hash -> last position (open addressing), for periods */
@@ -271,10 +274,11 @@ static tpu_status_t push_node(pending_t* p, tpu_node_t* n) {
     if (sh == p->shape_h[m - p->period]) p->run++;
     else p->period = p->run = 0;
   }
+  /* rolling: window = sum of shape_h[i] * WB^(m - i) over the last LOOP_WINDOW ops */
+  p->window = p->window * WB + sh;
+  if (m >= LOOP_WINDOW) p->window -= p->shape_h[m - LOOP_WINDOW] * WB_POW;
   if (m + 1 < LOOP_WINDOW) return NULL;
-  uint64_t wh = 0;
-  for (int i = m + 1 - LOOP_WINDOW; i <= m; ++i) wh = mix(wh, p->shape_h[i]);
-  int last = seen_swap(p, wh, m);
+  int last = seen_swap(p, p->window, m);
   if (!p->period && last >= 0 && m - last >= MIN_PERIOD) {
     p->period = m - last;
     p->run = 1;
@@ -287,6 +291,7 @@ static tpu_status_t restart_with(pending_t* p, tpu_node_t** rest, int count) {
   p->n = 0;
   p->flow = 0;
   p->shape_chain = 0;
+  p->window = 0;
   p->period = p->run = 0;
   if (p->seen_pos) for (int i = 0; i < p->seen_cap; ++i) p->seen_pos[i] = -1;
   p->seen_n = 0;
