@@ -382,11 +382,14 @@ static tpu_status_t im2col_channels(void* arg, int64_t cb, int64_t ce, int tid) 
   for (int64_t r = cb * g->kk; r < ce * g->kk; ++r) {
     int64_t c = r / g->kk, kr = r % g->kk, kv[3] = {0, 0, 0};
     for (int d = nd - 1; d >= 0; --d) { kv[d] = kr % g->k[d]; kr /= g->k[d]; }
-    int64_t ov[3] = {0, 0, 0};
+    int64_t ov[3] = {0, 0, 0}; /* multi-index over dims 0..nd-2 of outer position o */
     for (int64_t o = 0; o < outer; ++o) {
-      /* outer position index -> multi-index over dims 0..nd-2 */
-      int64_t rem = o, base = c * g->nimg, ok = 1;
-      for (int d = nd - 2; d >= 0; --d) { ov[d] = rem % g->pos[d]; rem /= g->pos[d]; }
+      if (o > 0)
+        for (int d = nd - 2; d >= 0; --d) {
+          if (++ov[d] < g->pos[d]) break;
+          ov[d] = 0;
+        }
+      int64_t base = c * g->nimg, ok = 1;
       int64_t off = 0;
       for (int d = 0; d < nd - 1; ++d) {
         int64_t iv = ov[d] * g->s[d] - g->p[d] + kv[d] * g->d[d];
@@ -397,34 +400,35 @@ static tpu_status_t im2col_channels(void* arg, int64_t cb, int64_t ce, int tid) 
       int ld = nd - 1;
       int64_t w0 = -g->p[ld] + kv[ld] * g->d[ld], sw = g->s[ld], W = g->img[ld];
       off = ok ? off * W : 0;
-      if (cd == TPU_DTYPE_F32) {
-        float* cl = (float*)col + cidx;
-        float* im = (float*)img + base + off;
-        for (int64_t x = 0; x < inner; ++x) {
-          int64_t iw = w0 + x * sw;
-          bool in = ok && iw >= 0 && iw < W;
-          if (add) { if (in) im[iw] += cl[x]; }
-          else cl[x] = in ? im[iw] : 0.0f;
-        }
-      } else if (cd == TPU_DTYPE_F64) {
-        double* cl = (double*)col + cidx;
-        double* im = (double*)img + base + off;
-        for (int64_t x = 0; x < inner; ++x) {
-          int64_t iw = w0 + x * sw;
-          bool in = ok && iw >= 0 && iw < W;
-          if (add) { if (in) im[iw] += cl[x]; }
-          else cl[x] = in ? im[iw] : 0.0;
-        }
-      } else {
-        int64_t* cl = (int64_t*)col + cidx;
-        int64_t* im = (int64_t*)img + base + off;
-        for (int64_t x = 0; x < inner; ++x) {
-          int64_t iw = w0 + x * sw;
-          bool in = ok && iw >= 0 && iw < W;
-          if (add) { if (in) im[iw] = (int64_t)((uint64_t)im[iw] + (uint64_t)cl[x]); }
-          else cl[x] = in ? im[iw] : 0;
-        }
+      /* positions [xa, xb) of this row read inside the image (iw = w0 + x*sw in [0, W)) */
+      int64_t xa = 0, xb = 0;
+      if (ok) {
+        xa = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;
+        xb = W - w0 <= 0 ? 0 : (W - w0 + sw - 1) / sw;
+        if (xb > inner) xb = inner;
+        if (xa > xb) xa = xb;
       }
+#define I2C_ROW(T, ACC)                                                                    \
+  {                                                                                        \
+    T* cl = (T*)col + cidx;                                                                \
+    T* im = (T*)img + base + off;                                                          \
+    if (add) {                                                                             \
+      for (int64_t x = xa; x < xb; ++x) ACC(im[w0 + x * sw], cl[x]);                       \
+    } else {                                                                               \
+      for (int64_t x = 0; x < xa; ++x) cl[x] = 0;                                          \
+      if (sw == 1 && xb > xa) memcpy(cl + xa, im + w0 + xa, sizeof(T) * (size_t)(xb - xa)); \
+      else for (int64_t x = xa; x < xb; ++x) cl[x] = im[w0 + x * sw];                      \
+      for (int64_t x = xb; x < inner; ++x) cl[x] = 0;                                      \
+    }                                                                                      \
+  }
+#define ACC_ADD(d, v) ((d) += (v))
+#define ACC_WRAP(d, v) ((d) = (int64_t)((uint64_t)(d) + (uint64_t)(v)))
+      if (cd == TPU_DTYPE_F32) I2C_ROW(float, ACC_ADD)
+      else if (cd == TPU_DTYPE_F64) I2C_ROW(double, ACC_ADD)
+      else I2C_ROW(int64_t, ACC_WRAP)
+#undef I2C_ROW
+#undef ACC_ADD
+#undef ACC_WRAP
     }
   }
   return NULL;

@@ -119,15 +119,21 @@ static tpu_status_t bn_backward(tpu_node_t* n) {
   if (!g || !xd || !w || !mean || !inv || !gw || !gb) { st = TPU_HOST_NOMEM(); goto done; }
   if (!train)
     for (int64_t ch = 0; ch < s.c; ++ch) inv[ch] = 1.0 / sqrt(inv[ch] + eps); /* inv held var */
-  for (int64_t ch = 0; ch < s.c; ++ch)
+  for (int64_t ch = 0; ch < s.c; ++ch) {
+    /* local sums: through gb/gw (which may alias gp, xp as far as the compiler knows)
+     * every addition was a store and a reload */
+    double sb = 0, sw = 0, m = mean[ch], iv = inv[ch];
     for (int64_t b = 0; b < s.n; ++b) {
       const double* gp = g + (b * s.c + ch) * s.inner;
       const double* xp = xd + (b * s.c + ch) * s.inner;
       for (int64_t i = 0; i < s.inner; ++i) {
-        gb[ch] += gp[i];
-        gw[ch] += gp[i] * (xp[i] - mean[ch]) * inv[ch];
+        sb += gp[i];
+        sw += gp[i] * (xp[i] - m) * iv;
       }
     }
+    gb[ch] = sb;
+    gw[ch] = sw;
+  }
   if (!tpu__output_absent(&n->out[0])) {
     for (int64_t b = 0; b < s.n; ++b)
       for (int64_t ch = 0; ch < s.c; ++ch) {
