@@ -73,6 +73,15 @@ void tpu__pack(const tpu_operand_t* op, const int* perm, tpu_dtype_t dtype, void
 void* tpu__pack_alloc(const tpu_operand_t* op, tpu_dtype_t dtype);
 /* Unpack: writes dense row-major src (dtype) into operand op (strided, any dtype). */
 void tpu__unpack(tpu_operand_t* op, const void* src, tpu_dtype_t dtype);
+/* op's elements as a dense row-major array of dtype, to read: op's own memory when it is
+ * one already (*owned = NULL), else a packed copy (*owned = the copy, for tpu__free).
+ * NULL on host OOM. */
+const void* tpu__dense_in(const tpu_operand_t* op, tpu_dtype_t dtype, void** owned);
+/* Where a kernel writes op's elements densely in dtype: op's own memory when that is
+ * dense in dtype and no input reads the same value (*owned = NULL), else a zeroed scratch
+ * array (*owned) that tpu__dense_out_done unpacks into op. NULL on host OOM. */
+void* tpu__dense_out(const tpu_node_t* n, tpu_operand_t* op, tpu_dtype_t dtype, void** owned);
+void tpu__dense_out_done(tpu_operand_t* op, void* owned, tpu_dtype_t dtype);
 
 /* Element load/store by dtype (slow path, one element). */
 double tpu__load_f64(const void* p, tpu_dtype_t dtype);

@@ -402,9 +402,14 @@ static tpu_status_t im2col_channels(void* arg, int64_t cb, int64_t ce, int tid) 
       off = ok ? off * W : 0;
       /* positions [xa, xb) of this row read inside the image (iw = w0 + x*sw in [0, W)) */
       int64_t xa = 0, xb = 0;
-      if (ok) {
+      if (ok && sw == 1) {
+        xa = w0 >= 0 ? 0 : -w0;
+        xb = W - w0 <= 0 ? 0 : W - w0;
+      } else if (ok) {
         xa = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;
         xb = W - w0 <= 0 ? 0 : (W - w0 + sw - 1) / sw;
+      }
+      if (ok) {
         if (xb > inner) xb = inner;
         if (xa > xb) xa = xb;
       }
@@ -506,9 +511,11 @@ static tpu_status_t conv_kernel(tpu_node_t* n) {
   for (int d = 0; d < g.nd; ++d) { L_in *= X->sizes[2 + d]; L_out *= Y->sizes[2 + d]; }
   int64_t ny = tpu__operand_numel(Y);
   if (ny == 0) return NULL;
-  void* x = tpu__pack_alloc(X, cd);
-  void* w = tpu__pack_alloc(W, cd);
-  void* y = alloc_elems(ny, csz);
+  /* dense operands are read (and a dense output written) in place */
+  void *xo, *wo, *yo;
+  const void* x = tpu__dense_in(X, cd, &xo);
+  const void* w = tpu__dense_in(W, cd, &wo);
+  void* y = tpu__dense_out(n, Y, cd, &yo);
   bool ident = conv_is_identity(&g);
   void* col = ident ? NULL : alloc_elems((transposed ? Cout_g : Cin_g) * g.kk * g.npos, csz);
   void* bias = Bs->value ? tpu__pack_alloc(Bs, cd) : NULL;
@@ -516,6 +523,7 @@ static tpu_status_t conv_kernel(tpu_node_t* n) {
   if (!x || !w || !y || (!ident && !col) || (Bs->value && !bias)) { st = TPU_HOST_NOMEM(); goto done; }
   for (int64_t b = 0; b < N; ++b) {
     for (int64_t gi = 0; gi < groups; ++gi) {
+      /* (im2col without add only reads the image) */
       char* xg = (char*)x + (size_t)((b * Cin + gi * Cin_g) * L_in) * csz;
       char* yg = (char*)y + (size_t)((b * Cout + gi * Cout_g) * L_out) * csz;
       if (!transposed) {
@@ -536,9 +544,9 @@ static tpu_status_t conv_kernel(tpu_node_t* n) {
     }
   }
   if (bias) add_bias(cd, y, bias, N, Cout, L_out);
-  tpu__unpack(Y, y, cd);
+  tpu__dense_out_done(Y, yo, cd);
 done:
-  tpu__free(x); tpu__free(w); tpu__free(y); tpu__free(col); tpu__free(bias);
+  tpu__free(xo); tpu__free(wo); tpu__free(yo); tpu__free(col); tpu__free(bias);
   return st;
 }
 
@@ -558,19 +566,20 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
     return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
   int64_t L_in = 1, L_out = 1;
   for (int d = 0; d < g.nd; ++d) { L_in *= X->sizes[2 + d]; L_out *= GO->sizes[2 + d]; }
-  int64_t nw = tpu__operand_numel(W), nx = tpu__operand_numel(X);
   bool ident = conv_is_identity(&g);
   /* Outputs output_mask did not ask for are absent (never bound) and not written. */
-  void* go = tpu__pack_alloc(GO, cd);
-  void* x = need_gw ? tpu__pack_alloc(X, cd) : NULL;
-  void* w = need_gi ? tpu__pack_alloc(W, cd) : NULL;
-  void* gi_ = alloc_elems(nx, csz);
-  void* gw = alloc_elems(nw, csz);
-  void* gb = alloc_elems(Cout, csz);
+  /* Dense operands are read, and dense outputs accumulated, in place. */
+  void *goo = NULL, *xo = NULL, *wo = NULL, *gio = NULL, *gwo = NULL, *gbo = NULL;
+  char* go = (char*)tpu__dense_in(GO, cd, &goo); /* (read only, as x and w) */
+  char* x = need_gw ? (char*)tpu__dense_in(X, cd, &xo) : NULL;
+  char* w = need_gi ? (char*)tpu__dense_in(W, cd, &wo) : NULL;
+  char* gi_ = need_gi ? tpu__dense_out(n, &n->out[0], cd, &gio) : NULL;
+  char* gw = need_gw ? tpu__dense_out(n, &n->out[1], cd, &gwo) : NULL;
+  char* gb = need_gb ? tpu__dense_out(n, &n->out[2], cd, &gbo) : NULL;
   int64_t ccols = (transposed ? Cout_g : Cin_g) * g.kk * g.npos;
   void* col = ident ? NULL : alloc_elems(ccols, csz);
   tpu_status_t st = NULL;
-  if (!go || (need_gw && !x) || (need_gi && !w) || !gi_ || !gw || !gb || (!ident && !col)) {
+  if (!go || (need_gw && (!x || !gw)) || (need_gi && (!w || !gi_)) || (need_gb && !gb) || (!ident && !col)) {
     st = TPU_HOST_NOMEM();
     goto done;
   }
@@ -616,11 +625,11 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
       else { const int64_t* p = (const int64_t*)go + i * L_out; uint64_t s = 0; for (int64_t l = 0; l < L_out; ++l) s += (uint64_t)p[l]; ((int64_t*)gb)[c] = (int64_t)((uint64_t)((int64_t*)gb)[c] + s); }
     }
   }
-  if (need_gi) tpu__unpack(&n->out[0], gi_, cd);
-  if (need_gw) tpu__unpack(&n->out[1], gw, cd);
-  if (need_gb) tpu__unpack(&n->out[2], gb, cd);
+  if (need_gi) tpu__dense_out_done(&n->out[0], gio, cd);
+  if (need_gw) tpu__dense_out_done(&n->out[1], gwo, cd);
+  if (need_gb) tpu__dense_out_done(&n->out[2], gbo, cd);
 done:
-  tpu__free(go); tpu__free(x); tpu__free(w); tpu__free(gi_); tpu__free(gw); tpu__free(gb);
+  tpu__free(goo); tpu__free(xo); tpu__free(wo); tpu__free(gio); tpu__free(gwo); tpu__free(gbo);
   tpu__free(col);
   return st;
 }
@@ -651,12 +660,12 @@ static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t* X = &n->in[0];
   plane_t p = planes(X, &n->out[0]);
   tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
   int64_t no = p.P * p.OH * p.OW;
   if (no == 0) return NULL;
-  void* x = tpu__pack_alloc(X, cd);
-  void* y = alloc_elems(no, csz);
-  int64_t* ind = alloc_elems(no, sizeof(int64_t));
+  void *xo, *yo, *io;
+  const void* x = tpu__dense_in(X, cd, &xo);
+  void* y = tpu__dense_out(n, &n->out[0], cd, &yo);
+  int64_t* ind = tpu__dense_out(n, &n->out[1], TPU_DTYPE_I64, &io);
   tpu_status_t st = NULL;
   if (!x || !y || !ind) { st = TPU_HOST_NOMEM(); goto done; }
   int64_t kH = n->ia[0], kW = n->ia[1], sH = n->ia[2], sW = n->ia[3], pH = n->ia[4],
@@ -701,10 +710,10 @@ static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
       }
     }
   }
-  tpu__unpack(&n->out[0], y, cd);
-  tpu__unpack(&n->out[1], ind, TPU_DTYPE_I64);
+  tpu__dense_out_done(&n->out[0], yo, cd);
+  tpu__dense_out_done(&n->out[1], io, TPU_DTYPE_I64);
 done:
-  tpu__free(x); tpu__free(y); tpu__free(ind);
+  tpu__free(xo); tpu__free(yo); tpu__free(io);
   return st;
 }
 

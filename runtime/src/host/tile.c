@@ -426,3 +426,29 @@ void* tpu__pack_alloc(const tpu_operand_t* op, tpu_dtype_t dt) {
 void tpu__unpack(tpu_operand_t* op, const void* src, tpu_dtype_t dt) {
   walk(op, NULL, dt, (char*)src, false);
 }
+
+const void* tpu__dense_in(const tpu_operand_t* op, tpu_dtype_t dt, void** owned) {
+  *owned = NULL;
+  if (op->dtype == dt && tpu__operand_is_contiguous(op)) return tpu__operand_ptr(op);
+  *owned = tpu__pack_alloc(op, dt);
+  return *owned;
+}
+
+void* tpu__dense_out(const tpu_node_t* n, tpu_operand_t* op, tpu_dtype_t dt, void** owned) {
+  *owned = NULL;
+  bool direct = op->dtype == dt && tpu__operand_is_contiguous(op);
+  for (int i = 0; i < n->n_in && direct; ++i) direct = n->in[i].value != op->value;
+  uint64_t bytes;
+  if (direct) {
+    if (tpu__mul_ok((uint64_t)tpu__operand_numel(op), tpu_dtype_size(dt), &bytes) && bytes)
+      memset(tpu__operand_ptr(op), 0, (size_t)bytes);
+    return tpu__operand_ptr(op);
+  }
+  if (!tpu__mul_ok((uint64_t)tpu__operand_numel(op), tpu_dtype_size(dt), &bytes)) return NULL;
+  *owned = tpu__calloc(1, (size_t)(bytes ? bytes : 1));
+  return *owned;
+}
+
+void tpu__dense_out_done(tpu_operand_t* op, void* owned, tpu_dtype_t dt) {
+  if (owned) tpu__unpack(op, owned, dt);
+}
