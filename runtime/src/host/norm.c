@@ -1,6 +1,7 @@
-/* Kernels of the norm family. Every one packs its operands into dense float64 scratch,
- * accumulates in float64 and rounds once on store (at least as accurate as ATen's float32
- * opmath for f32/bf16/f16 inputs).
+/* Kernels of the norm family. Every one accumulates in float64 and rounds once on store (at
+ * least as accurate as ATen's float32 opmath for f32/bf16/f16 inputs). Operands are packed
+ * into dense float64 scratch, except batch norm's activations, which are read (and written)
+ * in place when they are dense float32 and otherwise packed the same way.
  *
  * Node layouts (set by aten/norm.c):
  *   BATCH_NORM            in: x, w?, b?, running_mean?, running_var?
@@ -36,17 +37,46 @@ static double* channel_vec(const tpu_operand_t* op, int64_t c, double dflt) {
   return v;
 }
 
-/* Per-channel mean and sum of squared deviations of dense [N, C, inner] data. */
-static void channel_moments(const double* xd, bn_shape_t s, int64_t ch, double* mu, double* ssd) {
+/* Batch norm's [N, C, inner] activations, dense: float32 in place when the tensor is
+ * dense float32, else float64 (a packed copy / scratch that is unpacked). */
+typedef struct { char* p; bool f32; void* owned; } bn_data_t;
+
+static bool bn_in(const tpu_operand_t* op, bn_data_t* d) {
+  d->f32 = op->dtype == TPU_DTYPE_F32;
+  d->p = (char*)tpu__dense_in(op, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, &d->owned);
+  return d->p != NULL;
+}
+
+static bool bn_out(const tpu_node_t* n, tpu_operand_t* op, bn_data_t* d) {
+  d->f32 = op->dtype == TPU_DTYPE_F32;
+  d->p = tpu__dense_out(n, op, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, &d->owned);
+  return d->p != NULL;
+}
+
+static void bn_out_done(tpu_operand_t* op, bn_data_t* d) {
+  tpu__dense_out_done(op, d->owned, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64);
+}
+
+static inline double bn_ld(const bn_data_t* d, int64_t i) {
+  return d->f32 ? (double)((const float*)d->p)[i] : ((const double*)d->p)[i];
+}
+
+static inline void bn_st(const bn_data_t* d, int64_t i, double v) {
+  if (d->f32) ((float*)d->p)[i] = (float)v;
+  else ((double*)d->p)[i] = v;
+}
+
+/* Per-channel mean and sum of squared deviations. */
+static void channel_moments(const bn_data_t* xd, bn_shape_t s, int64_t ch, double* mu, double* ssd) {
   double sum = 0, sq = 0;
   for (int64_t b = 0; b < s.n; ++b) {
-    const double* p = xd + (b * s.c + ch) * s.inner;
-    for (int64_t i = 0; i < s.inner; ++i) sum += p[i];
+    int64_t o = (b * s.c + ch) * s.inner;
+    for (int64_t i = 0; i < s.inner; ++i) sum += bn_ld(xd, o + i);
   }
   double m = sum / (double)(s.n * s.inner);
   for (int64_t b = 0; b < s.n; ++b) {
-    const double* p = xd + (b * s.c + ch) * s.inner;
-    for (int64_t i = 0; i < s.inner; ++i) sq += (p[i] - m) * (p[i] - m);
+    int64_t o = (b * s.c + ch) * s.inner;
+    for (int64_t i = 0; i < s.inner; ++i) sq += (bn_ld(xd, o + i) - m) * (bn_ld(xd, o + i) - m);
   }
   *mu = m;
   *ssd = sq;
@@ -59,7 +89,8 @@ static tpu_status_t bn_forward(tpu_node_t* n) {
   double momentum = n->da[0], eps = n->da[1];
   int64_t count = s.n * s.inner;
   size_t cb = sizeof(double) * (size_t)(s.c ? s.c : 1);
-  double* xd = tpu__pack_alloc(x, TPU_DTYPE_F64);
+  bn_data_t xd = {0}, yd = {0};
+  bool have = bn_in(x, &xd) && bn_out(n, &n->out[0], &yd);
   double* w = channel_vec(&n->in[1], s.c, 1.0);
   double* bias = channel_vec(&n->in[2], s.c, 0.0);
   double* rmean = channel_vec(&n->in[3], s.c, 0.0);
@@ -67,11 +98,11 @@ static tpu_status_t bn_forward(tpu_node_t* n) {
   double* mean = tpu__malloc(cb);
   double* invstd = tpu__malloc(cb);
   tpu_status_t st = NULL;
-  if (!xd || !w || !bias || !rmean || !rvar || !mean || !invstd) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!have || !w || !bias || !rmean || !rvar || !mean || !invstd) { st = TPU_HOST_NOMEM(); goto done; }
   for (int64_t ch = 0; ch < s.c; ++ch) {
     if (training) {
       double ssd;
-      channel_moments(xd, s, ch, &mean[ch], &ssd);
+      channel_moments(&xd, s, ch, &mean[ch], &ssd);
       invstd[ch] = 1.0 / sqrt(ssd / (double)count + eps);
       /* running statistics take the unbiased variance */
       rmean[ch] = (1 - momentum) * rmean[ch] + momentum * mean[ch];
@@ -83,11 +114,11 @@ static tpu_status_t bn_forward(tpu_node_t* n) {
   }
   for (int64_t b = 0; b < s.n; ++b)
     for (int64_t ch = 0; ch < s.c; ++ch) {
-      double* p = xd + (b * s.c + ch) * s.inner;
+      int64_t o = (b * s.c + ch) * s.inner;
       double scale = invstd[ch] * w[ch], shift = bias[ch] - mean[ch] * scale;
-      for (int64_t i = 0; i < s.inner; ++i) p[i] = p[i] * scale + shift;
+      for (int64_t i = 0; i < s.inner; ++i) bn_st(&yd, o + i, bn_ld(&xd, o + i) * scale + shift);
     }
-  tpu__unpack(&n->out[0], xd, TPU_DTYPE_F64);
+  bn_out_done(&n->out[0], &yd);
   if (training) {
     tpu__unpack(&n->out[1], mean, TPU_DTYPE_F64);
     tpu__unpack(&n->out[2], invstd, TPU_DTYPE_F64);
@@ -96,8 +127,8 @@ static tpu_status_t bn_forward(tpu_node_t* n) {
     if (present(&n->in[4])) tpu__unpack(&n->in[4], rvar, TPU_DTYPE_F64);
   }
 done:
-  tpu__free(xd); tpu__free(w); tpu__free(bias); tpu__free(rmean); tpu__free(rvar);
-  tpu__free(mean); tpu__free(invstd);
+  tpu__free(xd.owned); tpu__free(yd.owned); tpu__free(w); tpu__free(bias); tpu__free(rmean);
+  tpu__free(rvar); tpu__free(mean); tpu__free(invstd);
   return st;
 }
 
@@ -108,15 +139,16 @@ static tpu_status_t bn_backward(tpu_node_t* n) {
   bool train = n->ia[0];
   double eps = n->da[1];
   int64_t count = s.n * s.inner;
-  double* g = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
-  double* xd = tpu__pack_alloc(x, TPU_DTYPE_F64);
+  bool want_gi = !tpu__output_absent(&n->out[0]);
+  bn_data_t g = {0}, xd = {0}, gi = {0};
+  bool have = bn_in(&n->in[0], &g) && bn_in(x, &xd) && (!want_gi || bn_out(n, &n->out[0], &gi));
   double* w = channel_vec(&n->in[2], s.c, 1.0);
   double* mean = channel_vec(train ? &n->in[5] : &n->in[3], s.c, 0.0);
   double* inv = channel_vec(train ? &n->in[6] : &n->in[4], s.c, 1.0);
   double* gw = tpu__calloc((size_t)(s.c ? s.c : 1), sizeof(double));
   double* gb = tpu__calloc((size_t)(s.c ? s.c : 1), sizeof(double));
   tpu_status_t st = NULL;
-  if (!g || !xd || !w || !mean || !inv || !gw || !gb) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!have || !w || !mean || !inv || !gw || !gb) { st = TPU_HOST_NOMEM(); goto done; }
   if (!train)
     for (int64_t ch = 0; ch < s.c; ++ch) inv[ch] = 1.0 / sqrt(inv[ch] + eps); /* inv held var */
   for (int64_t ch = 0; ch < s.c; ++ch) {
@@ -124,39 +156,38 @@ static tpu_status_t bn_backward(tpu_node_t* n) {
      * every addition was a store and a reload */
     double sb = 0, sw = 0, m = mean[ch], iv = inv[ch];
     for (int64_t b = 0; b < s.n; ++b) {
-      const double* gp = g + (b * s.c + ch) * s.inner;
-      const double* xp = xd + (b * s.c + ch) * s.inner;
+      int64_t o = (b * s.c + ch) * s.inner;
       for (int64_t i = 0; i < s.inner; ++i) {
-        sb += gp[i];
-        sw += gp[i] * (xp[i] - m) * iv;
+        double gv = bn_ld(&g, o + i);
+        sb += gv;
+        sw += gv * (bn_ld(&xd, o + i) - m) * iv;
       }
     }
     gb[ch] = sb;
     gw[ch] = sw;
   }
-  if (!tpu__output_absent(&n->out[0])) {
+  if (want_gi) {
     for (int64_t b = 0; b < s.n; ++b)
       for (int64_t ch = 0; ch < s.c; ++ch) {
-        const double* gp = g + (b * s.c + ch) * s.inner;
-        double* xp = xd + (b * s.c + ch) * s.inner; /* overwritten with grad_input */
+        int64_t o = (b * s.c + ch) * s.inner;
         double k = inv[ch] * w[ch];
         if (train) {
           double mg = gb[ch] / (double)count, mgx = gw[ch] / (double)count;
           for (int64_t i = 0; i < s.inner; ++i) {
-            double xhat = (xp[i] - mean[ch]) * inv[ch];
-            xp[i] = k * (gp[i] - mg - xhat * mgx);
+            double xhat = (bn_ld(&xd, o + i) - mean[ch]) * inv[ch];
+            bn_st(&gi, o + i, k * (bn_ld(&g, o + i) - mg - xhat * mgx));
           }
         } else {
-          for (int64_t i = 0; i < s.inner; ++i) xp[i] = k * gp[i];
+          for (int64_t i = 0; i < s.inner; ++i) bn_st(&gi, o + i, k * bn_ld(&g, o + i));
         }
       }
-    tpu__unpack(&n->out[0], xd, TPU_DTYPE_F64);
+    bn_out_done(&n->out[0], &gi);
   }
   if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], gw, TPU_DTYPE_F64);
   if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], gb, TPU_DTYPE_F64);
 done:
-  tpu__free(g); tpu__free(xd); tpu__free(w); tpu__free(mean); tpu__free(inv);
-  tpu__free(gw); tpu__free(gb);
+  tpu__free(g.owned); tpu__free(xd.owned); tpu__free(gi.owned); tpu__free(w); tpu__free(mean);
+  tpu__free(inv); tpu__free(gw); tpu__free(gb);
   return st;
 }
 
