@@ -78,9 +78,10 @@ void tpu__unpack(tpu_operand_t* op, const void* src, tpu_dtype_t dtype);
  * NULL on host OOM. */
 const void* tpu__dense_in(const tpu_operand_t* op, tpu_dtype_t dtype, void** owned);
 /* Where a kernel writes op's elements densely in dtype: op's own memory when that is
- * dense in dtype and no input reads the same value (*owned = NULL), else a zeroed scratch
- * array (*owned) that tpu__dense_out_done unpacks into op. NULL on host OOM. */
-void* tpu__dense_out(const tpu_node_t* n, tpu_operand_t* op, tpu_dtype_t dtype, void** owned);
+ * dense in dtype and no input reads the same value (*owned = NULL; cleared first if zero
+ * is set, for kernels that accumulate), else a zeroed scratch array (*owned) that
+ * tpu__dense_out_done unpacks into op. NULL on host OOM. */
+void* tpu__dense_out(const tpu_node_t* n, tpu_operand_t* op, tpu_dtype_t dtype, bool zero, void** owned);
 void tpu__dense_out_done(tpu_operand_t* op, void* owned, tpu_dtype_t dtype);
 
 /* Element load/store by dtype (slow path, one element). */

@@ -515,7 +515,7 @@ static tpu_status_t conv_kernel(tpu_node_t* n) {
   void *xo, *wo, *yo;
   const void* x = tpu__dense_in(X, cd, &xo);
   const void* w = tpu__dense_in(W, cd, &wo);
-  void* y = tpu__dense_out(n, Y, cd, &yo);
+  void* y = tpu__dense_out(n, Y, cd, transposed /* col2im accumulates */, &yo);
   bool ident = conv_is_identity(&g);
   void* col = ident ? NULL : alloc_elems((transposed ? Cout_g : Cin_g) * g.kk * g.npos, csz);
   void* bias = Bs->value ? tpu__pack_alloc(Bs, cd) : NULL;
@@ -573,9 +573,9 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   char* go = (char*)tpu__dense_in(GO, cd, &goo); /* (read only, as x and w) */
   char* x = need_gw ? (char*)tpu__dense_in(X, cd, &xo) : NULL;
   char* w = need_gi ? (char*)tpu__dense_in(W, cd, &wo) : NULL;
-  char* gi_ = need_gi ? tpu__dense_out(n, &n->out[0], cd, &gio) : NULL;
-  char* gw = need_gw ? tpu__dense_out(n, &n->out[1], cd, &gwo) : NULL;
-  char* gb = need_gb ? tpu__dense_out(n, &n->out[2], cd, &gbo) : NULL;
+  char* gi_ = need_gi ? tpu__dense_out(n, &n->out[0], cd, true, &gio) : NULL;
+  char* gw = need_gw ? tpu__dense_out(n, &n->out[1], cd, true, &gwo) : NULL;
+  char* gb = need_gb ? tpu__dense_out(n, &n->out[2], cd, true, &gbo) : NULL;
   int64_t ccols = (transposed ? Cout_g : Cin_g) * g.kk * g.npos;
   void* col = ident ? NULL : alloc_elems(ccols, csz);
   tpu_status_t st = NULL;
@@ -664,8 +664,8 @@ static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
   if (no == 0) return NULL;
   void *xo, *yo, *io;
   const void* x = tpu__dense_in(X, cd, &xo);
-  void* y = tpu__dense_out(n, &n->out[0], cd, &yo);
-  int64_t* ind = tpu__dense_out(n, &n->out[1], TPU_DTYPE_I64, &io);
+  void* y = tpu__dense_out(n, &n->out[0], cd, false, &yo);
+  int64_t* ind = tpu__dense_out(n, &n->out[1], TPU_DTYPE_I64, false, &io);
   tpu_status_t st = NULL;
   if (!x || !y || !ind) { st = TPU_HOST_NOMEM(); goto done; }
   int64_t kH = n->ia[0], kW = n->ia[1], sH = n->ia[2], sW = n->ia[3], pH = n->ia[4],
@@ -696,6 +696,15 @@ static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
             for (int64_t w = w0; w < w1; w += ws)
               if (xp[h * p.W + w] > best) { best = xp[h * p.W + w]; best_i = h * p.W + w; }
           ((int64_t*)y)[o] = best;
+        } else if (cd == TPU_DTYPE_F32) {
+          const float* xp = (const float*)x + pl * p.H * p.W;
+          float best = -INFINITY;
+          for (int64_t h = h0; h < h1; h += hs)
+            for (int64_t w = w0; w < w1; w += ws) {
+              float v = xp[h * p.W + w];
+              if (v > best || v != v) { best = v; best_i = h * p.W + w; }
+            }
+          ((float*)y)[o] = best;
         } else {
           double best = -INFINITY;
           for (int64_t h = h0; h < h1; h += hs)
@@ -703,8 +712,7 @@ static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
               double v = ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
               if (v > best || isnan(v)) { best = v; best_i = h * p.W + w; }
             }
-          if (cd == TPU_DTYPE_F32) ((float*)y)[o] = (float)best;
-          else ((double*)y)[o] = best;
+          ((double*)y)[o] = best;
         }
         ind[o] = best_i;
       }

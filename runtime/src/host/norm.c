@@ -49,7 +49,7 @@ static bool bn_in(const tpu_operand_t* op, bn_data_t* d) {
 
 static bool bn_out(const tpu_node_t* n, tpu_operand_t* op, bn_data_t* d) {
   d->f32 = op->dtype == TPU_DTYPE_F32;
-  d->p = tpu__dense_out(n, op, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, &d->owned);
+  d->p = tpu__dense_out(n, op, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, false, &d->owned);
   return d->p != NULL;
 }
 

@@ -434,13 +434,13 @@ const void* tpu__dense_in(const tpu_operand_t* op, tpu_dtype_t dt, void** owned)
   return *owned;
 }
 
-void* tpu__dense_out(const tpu_node_t* n, tpu_operand_t* op, tpu_dtype_t dt, void** owned) {
+void* tpu__dense_out(const tpu_node_t* n, tpu_operand_t* op, tpu_dtype_t dt, bool zero, void** owned) {
   *owned = NULL;
   bool direct = op->dtype == dt && tpu__operand_is_contiguous(op);
   for (int i = 0; i < n->n_in && direct; ++i) direct = n->in[i].value != op->value;
   uint64_t bytes;
   if (direct) {
-    if (tpu__mul_ok((uint64_t)tpu__operand_numel(op), tpu_dtype_size(dt), &bytes) && bytes)
+    if (zero && tpu__mul_ok((uint64_t)tpu__operand_numel(op), tpu_dtype_size(dt), &bytes) && bytes)
       memset(tpu__operand_ptr(op), 0, (size_t)bytes);
     return tpu__operand_ptr(op);
   }
