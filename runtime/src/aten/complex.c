@@ -229,6 +229,7 @@ CDEF(c_mul, C_MUL, 0, 1, 0)
 CDEF(c_div, C_DIV, 0, 1, 0)
 CDEF(c_neg, C_NEG, 0, -1, 0)
 CDEF(c_conj, C_CONJ, 0, -1, 0)
+CDEF(c_sgn, C_SGN, 0, -1, 0)
 CDEF(c_abs, C_ABS, 0, -1, C_REAL_OUT | C_NO_INPLACE)
 CDEF(c_angle, C_ANGLE, 0, -1, C_REAL_OUT)
 
@@ -241,7 +242,7 @@ const tpu_aten_entry_t tpu__aten_complex_alt[] = {
     FORMS3("sub", "Tensor", "out", c_sub), FORMS3("sub", "Scalar", "Scalar_out", c_sub),
     FORMS3("mul", "Tensor", "out", c_mul), FORMS3("mul", "Scalar", "Scalar_out", c_mul),
     FORMS3("div", "Tensor", "out", c_div), FORMS3("div", "Scalar", "Scalar_out", c_div),
-    U3("neg", c_neg), U3("abs", c_abs),
+    U3("neg", c_neg), U3("abs", c_abs), U3("sgn", c_sgn),
     {"fill_.Scalar", build_cfill, NULL}, {"fill_.Tensor", build_cfill, NULL},
     {"zero_", build_cfill, (const void*)1}, {"zero", build_cfill, (const void*)1},
     {"zero.out", build_cfill, (const void*)1},

@@ -68,6 +68,10 @@ CTILE(mul, { re = a * c - b * d; im = a * d + b * c; })
 CTILE(div, { cdiv(a, b, c, d, &re, &im); })
 CTILE(neg, { re = -a; im = -b; })
 CTILE(conj, { re = a; im = -b; })
+CTILE(sgn, {
+  double m = hypot(a, b);
+  if (m == 0) { re = 0; im = 0; } else { re = a / m; im = b / m; }
+})
 CTILE(abs, { re = hypot(a, b); im = 0; })
 CTILE(angle, {
   if (node->ia[0]) re = isnan(a) ? a : a < 0 ? 3.14159265358979323846 : 0.0;
@@ -98,7 +102,7 @@ static tpu_status_t run_ctile(tpu_node_t* n) {
 #define PICK(K, name) case TPU_KIND_##K: fn = c64 ? name##_c64 : name##_c128; break;
   switch (n->kind) {
     PICK(C_IDENT, ident) PICK(C_ADD, add) PICK(C_SUB, sub) PICK(C_MUL, mul) PICK(C_DIV, div)
-    PICK(C_NEG, neg) PICK(C_CONJ, conj) PICK(C_ABS, abs) PICK(C_ANGLE, angle)
+    PICK(C_NEG, neg) PICK(C_CONJ, conj) PICK(C_SGN, sgn) PICK(C_ABS, abs) PICK(C_ANGLE, angle)
     PICK(C_POLAR, polar) PICK(C_COMPLEX, complex)
     default: return tpu_status_make(TPU_INTERNAL, "complex kernel for kind %s", tpu__kind_name(n->kind));
   }
@@ -401,7 +405,7 @@ static tpu_status_t fft_kernel(tpu_node_t* node) {
 
 void tpu__host_register_complex(tpu_host_kernel_fn* table) {
   tpu_kind_t ew[] = {TPU_KIND_C_IDENT, TPU_KIND_C_ADD, TPU_KIND_C_SUB, TPU_KIND_C_MUL, TPU_KIND_C_DIV,
-                     TPU_KIND_C_NEG, TPU_KIND_C_CONJ, TPU_KIND_C_ABS, TPU_KIND_C_ANGLE,
+                     TPU_KIND_C_NEG, TPU_KIND_C_CONJ, TPU_KIND_C_SGN, TPU_KIND_C_ABS, TPU_KIND_C_ANGLE,
                      TPU_KIND_C_POLAR, TPU_KIND_C_COMPLEX};
   for (size_t i = 0; i < sizeof ew / sizeof *ew; ++i) table[ew[i]] = run_ctile;
   table[TPU_KIND_FFT_R2C] = fft_kernel;
