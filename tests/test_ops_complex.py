@@ -444,3 +444,30 @@ def test_complex_kernels_are_never_fused():
     assert not any(f for _, _, f in complex_ops), ops
     assert any(f for _, _, f in real_ops), ops
     close(e, torch.angle(a.cpu().to(torch.complex64) * z.cpu() + z.cpu()) - a.cpu())
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_data_movement_ops(dtype):
+    """Shape and index ops that only move elements take complex tensors as they are."""
+    x, y = crand(4, 5, dtype=dtype), crand(2, 5, dtype=dtype, seed=8)
+    r = rrand(3, 5, dtype=torch.float64 if dtype == torch.complex128 else torch.float32)
+    idx = torch.tensor([3, 0, 3, 1])
+    cases = [
+        ("cat", lambda a, b, c: torch.cat([a, b])),
+        ("cat", lambda a, b, c: torch.cat([a, c])),            # promotes the real part
+        ("cat", lambda a, b, c: torch.stack([a[:2], b], dim=1)),
+        ("index_select", lambda a, b, c: a.index_select(0, idx.to(a.device))),
+        ("index", lambda a, b, c: a[idx.to(a.device)]),
+        ("flip", lambda a, b, c: a.flip(1)),
+        ("roll", lambda a, b, c: a.roll(2, 1)),
+        ("repeat", lambda a, b, c: a.repeat(2, 1)),
+        ("tril", lambda a, b, c: a.tril()),
+        ("triu", lambda a, b, c: a.triu(1)),
+        ("constant_pad_nd", lambda a, b, c: torch.nn.functional.pad(a, (1, 2))),
+        ("constant_pad_nd", lambda a, b, c: torch.constant_pad_nd(a, (0, 1, 1, 0), 2 - 3j)),
+    ]
+    for name, fn in cases:
+        with native(name):
+            close(fn(*tpu(x, y, r)), fn(x, y, r))
+    with native("_fft_c2c", "constant_pad_nd"):
+        fclose(torch.fft.fft(tpu(x), n=9), torch.fft.fft(x, n=9))

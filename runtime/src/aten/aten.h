@@ -28,6 +28,9 @@ typedef struct tpu_aten_entry_s {
 /* The op is random but its schema has no Generator (native_dropout): the adapter
  * appends a seed drawn from the device generator as one extra trailing INT argument. */
 #define TPU_ATEN_NEEDS_SEED 1
+/* The builder and its kernel only move elements (any element size) and take complex
+ * scalars: calls with complex arguments may use the entry as it is. */
+#define TPU_ATEN_COMPLEX 2
 
 /* Complex dtypes (aten/complex.c). Builders of the other families never see a complex
  * argument or output: tpu_op_prepare sends a call that has one to the complex family's

@@ -27,7 +27,7 @@ static void build_table(void) {
   if (!complex_entries) { tpu__free(entries); entries = NULL; return; }
   for (size_t f = 0; f < sizeof families / sizeof *families; ++f)
     for (const tpu_aten_entry_t* e = families[f]; e->name; ++e) {
-      const tpu_aten_entry_t* c = families[f] == tpu__aten_complex ? e : NULL;
+      const tpu_aten_entry_t* c = families[f] == tpu__aten_complex || (e->flags & TPU_ATEN_COMPLEX) ? e : NULL;
       for (const tpu_aten_entry_t* a = tpu__aten_complex_alt; !c && a->name; ++a)
         if (!strcmp(a->name, e->name)) c = a;
       complex_entries[n_entries] = c;
