@@ -471,3 +471,24 @@ def test_data_movement_ops(dtype):
             close(fn(*tpu(x, y, r)), fn(x, y, r))
     with native("_fft_c2c", "constant_pad_nd"):
         fclose(torch.fft.fft(tpu(x), n=9), torch.fft.fft(x, n=9))
+
+
+@pytest.mark.parametrize("dtype", CDTYPES)
+def test_sum_mean(dtype):
+    x = crand(3, 4, 5, dtype=dtype)
+    with native("sum", "mean"):
+        for dim, keep in [(None, False), (0, False), ((0, 2), True), (-1, True), ((), False)]:
+            kw = {} if dim is None else dict(dim=dim, keepdim=keep)
+            close(torch.sum(tpu(x), **kw), torch.sum(x, **kw))
+            close(torch.mean(tpu(x), **kw), torch.mean(x, **kw))
+        close(tpu(x).transpose(0, 2).sum(0), x.transpose(0, 2).sum(0))
+        close(torch.sum(tpu(x)[:, :0], 1), torch.sum(x[:, :0], 1))
+    # the broadcast reduction of a complex gradient (a complex operand that requires grad)
+    f = crand(5, dtype=dtype).requires_grad_()
+    z = crand(3, 5, dtype=dtype, seed=9)
+    g = crand(3, 5, dtype=dtype, seed=10)
+    (gf,) = torch.autograd.grad(z * f, f, g)
+    with no_cpu_fallback():
+        ft = tpu(f)
+        (gft,) = torch.autograd.grad(tpu(z) * ft, ft, g.to(DEV))
+    close(gft, gf)

@@ -81,10 +81,15 @@ static void test_arith_and_routing(void) {
   float av[3];
   CHECK_OK(tpu_copy_to_host(&ab, av));
   CHECK_NEAR(av[0], sqrtf(5.0f), 1e-6); CHECK_NEAR(av[2], 1, 1e-6);
-  tpu_view_t e;
+  tpu_view_t e = {0};
   CHECK_CODE(run("exp", u, 1, &e), TPU_UNIMPLEMENTED);          /* no complex builder */
+  CHECK_CODE(run("sigmoid", u, 1, &e), TPU_UNIMPLEMENTED);
+  /* sum over all dims in double: (1+2i) + (-3+0.5i) + (-i) */
   tpu_arg_t sm[4] = {T_(x), {0}, B_(false), {0}};
-  CHECK_CODE(run("sum.dim_IntList", sm, 4, &e), TPU_UNIMPLEMENTED);
+  CHECK_OK(run("sum.dim_IntList", sm, 4, &e));
+  CHECK(e.dtype == TPU_DTYPE_C64 && e.ndim == 0);
+  CHECK_OK(tpu_copy_to_host(&e, r));
+  CHECK_NEAR(r[0], -2, 1e-6); CHECK_NEAR(r[1], 1.5, 1e-6);
 }
 
 /* Direct DFT in long double: the reference. */

@@ -118,6 +118,54 @@ static tpu_status_t build_from_parts(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- sum, mean ---------------------------------------------------------------------------
+ * data: 0 sum over dims, 1 mean over dims, 2 sum over all, 3 mean over all. The dim forms
+ * are (self, dim?, keepdim, *, dtype?), the others (self, *, dtype?). */
+static tpu_status_t build_csum(tpu_build_t* b) {
+  intptr_t form = (intptr_t)b->data;
+  bool all = form >= 2, mean = form & 1;
+  const tpu_view_t* x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  int dtype_arg = all ? 1 : 3;
+  tpu_dtype_t res = x->dtype;
+  if (!tpu__arg_is_none(b, dtype_arg)) {
+    int64_t d;
+    TPU_RETURN_IF_ERROR(tpu__arg_int(b, dtype_arg, &d));
+    res = (tpu_dtype_t)d;
+  }
+  if (!tpu_dtype_is_complex(res) || !tpu_dtype_is_complex(x->dtype))
+    return tpu__err_not_implemented_for(b, mean ? "mean" : "sum", res); /* the CPU path decides */
+  int64_t mask[TPU_MAX_DIMS] = {0};
+  bool keepdim = false;
+  const int64_t* dims = NULL;
+  int nd = 0;
+  if (!all) {
+    TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &keepdim));
+    if (!tpu__arg_is_none(b, 1)) TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &dims, &nd));
+  }
+  if (nd == 0) for (int k = 0; k < x->ndim; ++k) mask[k] = 1;
+  for (int k = 0; k < nd; ++k) {
+    int dd;
+    TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dims[k], x->ndim, &dd));
+    if (x->ndim == 0) continue;
+    if (mask[dd]) return tpu__err(b, TPU_INVALID_ARGUMENT, "dim %d appears multiple times in the list of dims", dd);
+    mask[dd] = 1;
+  }
+  int64_t shape[TPU_MAX_DIMS];
+  int on = 0;
+  for (int k = 0; k < x->ndim; ++k) {
+    if (!mask[k]) shape[on++] = x->sizes[k];
+    else if (keepdim) shape[on++] = 1;
+  }
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
+  TPU_RETURN_IF_ERROR(tpu__node_set_ilist(b->node, mask, x->ndim));
+  b->node->kind = TPU_KIND_C_SUM;
+  b->node->ia[0] = mean;
+  b->node->compute = TPU_DTYPE_C128;
+  tpu__node_add_output(b->node, res, on, shape);
+  return NULL;
+}
+
 /* ---- FFTs ------------------------------------------------------------------------------ */
 
 /* self, dim, normalization: the wrapped dims (distinct) into the node's ilist. */
@@ -246,6 +294,10 @@ const tpu_aten_entry_t tpu__aten_complex_alt[] = {
     {"fill_.Scalar", build_cfill, NULL}, {"fill_.Tensor", build_cfill, NULL},
     {"zero_", build_cfill, (const void*)1}, {"zero", build_cfill, (const void*)1},
     {"zero.out", build_cfill, (const void*)1},
+    {"sum.dim_IntList", build_csum, (const void*)0}, {"sum.IntList_out", build_csum, (const void*)0},
+    {"mean.dim", build_csum, (const void*)1}, {"mean.out", build_csum, (const void*)1},
+    {"sum", build_csum, (const void*)2}, {"sum.out", build_csum, (const void*)2},
+    {"mean", build_csum, (const void*)3}, {"mean.dtype_out", build_csum, (const void*)3},
     {NULL, NULL, NULL},
 };
 

@@ -403,11 +403,47 @@ static tpu_status_t fft_kernel(tpu_node_t* node) {
   return st;
 }
 
+/* Sums in double, in row-major order of the input, then one rounding to the output. */
+static tpu_status_t sum_kernel(tpu_node_t* node) {
+  const tpu_operand_t* x = &node->in[0];
+  tpu_operand_t* out = &node->out[0];
+  int64_t numel = tpu__operand_numel(x), on = tpu__operand_numel(out);
+  double* w = alloc_c128(numel);
+  double* acc = tpu__calloc((size_t)(on > 0 ? on : 1), sizeof(double) * 2);
+  if (!w || !acc) { tpu__free(w); tpu__free(acc); return TPU_HOST_NOMEM(); }
+  tpu__pack(x, NULL, TPU_DTYPE_C128, w);
+  int nd = x->ndim;
+  int64_t ost[TPU_MAX_DIMS], s = 1; /* output stride of each input dim (0: reduced) */
+  for (int d = nd - 1; d >= 0; --d) {
+    ost[d] = node->ilist[d] ? 0 : s;
+    if (!node->ilist[d]) s *= x->sizes[d];
+  }
+  int64_t idx[TPU_MAX_DIMS] = {0}, o = 0;
+  for (int64_t i = 0; i < numel; ++i) {
+    acc[2 * o] += w[2 * i];
+    acc[2 * o + 1] += w[2 * i + 1];
+    for (int d = nd - 1; d >= 0; --d) {
+      o += ost[d];
+      if (++idx[d] < x->sizes[d]) break;
+      o -= ost[d] * x->sizes[d];
+      idx[d] = 0;
+    }
+  }
+  if (node->ia[0]) scale(acc, on, on ? (double)on / (double)numel : 1.0); /* mean: 0/0 is NaN below */
+  if (node->ia[0] && numel == 0)
+    for (int64_t i = 0; i < 2 * on; ++i) acc[i] = NAN;
+  tpu__unpack(out, acc, TPU_DTYPE_C128);
+  tpu__free(w);
+  tpu__free(acc);
+  return NULL;
+}
+
 void tpu__host_register_complex(tpu_host_kernel_fn* table) {
   tpu_kind_t ew[] = {TPU_KIND_C_IDENT, TPU_KIND_C_ADD, TPU_KIND_C_SUB, TPU_KIND_C_MUL, TPU_KIND_C_DIV,
                      TPU_KIND_C_NEG, TPU_KIND_C_CONJ, TPU_KIND_C_SGN, TPU_KIND_C_ABS, TPU_KIND_C_ANGLE,
                      TPU_KIND_C_POLAR, TPU_KIND_C_COMPLEX};
   for (size_t i = 0; i < sizeof ew / sizeof *ew; ++i) table[ew[i]] = run_ctile;
+  table[TPU_KIND_C_SUM] = sum_kernel;
   table[TPU_KIND_FFT_R2C] = fft_kernel;
   table[TPU_KIND_FFT_C2C] = fft_kernel;
   table[TPU_KIND_FFT_C2R] = fft_kernel;
