@@ -195,9 +195,11 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   tpu_node_t* node = nullptr;
   tpu_status_t st = tpu_op_prepare(index, variant, targs.data(), static_cast<int>(targs.size()), &node);
   if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) {
-    // e.g. a dtype the native kernel does not cover: the counted CPU fallback runs it.
+    // e.g. a dtype the native kernel does not cover: the counted CPU fallback runs it
+    // (and names libtpurt's reason when the fallback is disabled).
+    std::string why = tpu_status_message(st);
     tpu_status_free(st);
-    cpu_fallback_boxed(op, stack);
+    cpu_fallback_with_reason(op, stack, why);
     return;
   }
   check(st);
@@ -256,6 +258,10 @@ std::string g_fb_mode = [] {
 }  // namespace
 
 void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  cpu_fallback_with_reason(op, stack, "");
+}
+
+void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& why) {
   const auto& s = op.schema();
   std::string name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
   bool first;
@@ -267,7 +273,8 @@ void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   }
   OpSite site;
   TORCH_CHECK_NOT_IMPLEMENTED(mode != "error", name,
-      " has no native tpu kernel and the CPU fallback is disabled "
+      " has no native tpu kernel", why.empty() ? "" : " for this call (", why, why.empty() ? "" : ")",
+      " and the CPU fallback is disabled "
       "(torchtpu.set_fallback(\"error\")). Enable it with torchtpu.set_fallback(\"warn\").");
   if (first && mode == "warn")
     TORCH_WARN(name, " is not implemented natively for tpu; running it on the CPU "
@@ -363,6 +370,11 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
               "copy_: cannot copy a tensor of shape ", self.sizes(), " into ", dst.sizes());
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  for (const at::Tensor* t : {&self, &dst})
+    TORCH_CHECK_NOT_IMPLEMENTED(t->device().type() != kTpu ||
+                                tpu_dtype_is_supported(static_cast<tpu_dtype_t>(t->scalar_type())),
+        "copy between ", self.device().str(), " and ", dst.device().str(), ": dtype ",
+        t->scalar_type(), " is not supported on tpu");
   // Conjugate / negative bits: the values written are self's logical values, stored
   // under dst's own bits (a flagged dst holds the conjugate / negation physically).
   const bool conj = self.is_conj() != dst.is_conj(), neg = self.is_neg() != dst.is_neg();

@@ -105,9 +105,16 @@ static tpu_status_t build_from_parts(tpu_build_t* b) {
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected object of scalar type %s but got scalar type %s "
                     "for second argument (%s must have the same dtype)", tpu__dtype_c10_name(x->dtype),
                     tpu__dtype_c10_name(y->dtype), what);
+  if (x->dtype == TPU_DTYPE_F16) /* a ComplexHalf result: the CPU path decides (tpu has no complex32) */
+    return tpu__err(b, TPU_UNIMPLEMENTED, "ComplexHalf results are not supported on tpu");
   if (x->dtype != TPU_DTYPE_F32 && x->dtype != TPU_DTYPE_F64)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected both inputs to be Half, Float or Double tensors but "
                     "got %s and %s", tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(y->dtype));
+  const tpu_arg_t* o = tpu__arg(b, 2);
+  if (b->variant == TPU_VARIANT_OUT && o && o->kind == TPU_ARG_TENSOR && o->tensor.dtype != tpu__complex_of(x->dtype))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected object of scalar type %s but got scalar type %s for "
+                    "argument 'out'", tpu__dtype_c10_name(tpu__complex_of(x->dtype)),
+                    tpu__dtype_c10_name(o->tensor.dtype));
   int64_t shape[TPU_MAX_DIMS];
   int nd = 0;
   TPU_RETURN_IF_ERROR(add_operand(b, 0, shape, &nd));
