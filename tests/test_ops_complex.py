@@ -492,3 +492,23 @@ def test_sum_mean(dtype):
         ft = tpu(f)
         (gft,) = torch.autograd.grad(tpu(z) * ft, ft, g.to(DEV))
     close(gft, gf)
+
+
+def test_complex_values_into_real_tensors_behave_like_cpu():
+    """A complex number filled into a real tensor, and real operands with a complex out=,
+    take the CPU path (same result or same exception as CPU)."""
+    for fn in [lambda t: t.fill_(2 + 0j), lambda t: t.fill_(1j)]:
+        try:
+            expected = fn(torch.zeros(3))
+        except Exception as e:  # noqa: BLE001  the class is what we compare
+            with pytest.raises(type(e)):
+                fn(torch.zeros(3, device=DEV))
+                torch.tpu.synchronize()
+            continue
+        close(fn(torch.zeros(3, device=DEV)), expected)
+    a, b = (rrand(4) * 3).bfloat16(), (rrand(4, seed=3) * 3).bfloat16()
+    out_c = torch.empty(4, dtype=torch.complex64)
+    torch.mul(a, b, out=out_c)
+    out_t = torch.empty(4, dtype=torch.complex64, device=DEV)
+    torch.mul(*tpu(a, b), out=out_t)
+    assert torch.equal(out_t.cpu(), out_c)

@@ -49,6 +49,10 @@ static tpu_status_t build_cew(tpu_build_t* b) {
   if ((d->flags & C_NO_INPLACE) && b->variant == TPU_VARIANT_INPLACE)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "In-place abs is not supported for complex tensors.");
   tpu_dtype_t r = tpu__result_type(b, idx, np);
+  if (!tpu_dtype_is_complex(r) && !(d->flags & C_REAL_OUT) && d->kind != TPU_KIND_C_CONJ)
+    /* real operands, complex only through out=: computed in the real result dtype first
+     * on CPU (bf16 rounding included), which the real kernels do */
+    return tpu__err(b, TPU_UNIMPLEMENTED, "real operands with a complex out= tensor are not supported on tpu");
   n->kind = d->kind;
   tpu_dtype_t out = r;
   if (d->flags & C_REAL_OUT) {
@@ -79,6 +83,8 @@ static tpu_status_t build_cew(tpu_build_t* b) {
 static tpu_status_t build_cfill(tpu_build_t* b) {
   const tpu_view_t* self;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
+  if (!tpu_dtype_is_complex(self->dtype)) /* a complex value into a real tensor: CPU's checks */
+    return tpu__err(b, TPU_UNIMPLEMENTED, "a complex fill value for a %s tensor", tpu__dtype_c10_name(self->dtype));
   if (b->data) {
     TPU_RETURN_IF_ERROR(tpu__node_add_scalar(b->node, 0.0, 0, TPU_DTYPE_I64));
   } else {
