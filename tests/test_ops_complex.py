@@ -271,8 +271,9 @@ def fclose(actual, expected):
     torch.testing.assert_close(actual.cpu(), expected, rtol=kw["rtol"], atol=kw["atol"] + kw["rtol"] * scale)
 
 
-# powers of two (radix-2), short others (direct DFT), long others (Bluestein), and 1
-LENGTHS = [1, 2, 5, 8, 12, 64, 100, 127, 256]
+# powers of two (radix-2), smooth others (mixed radix: 5, 12 = 4 * 3, 100, 96 = 4 * 4 * 2 * 3),
+# lengths with a prime factor above 64 (Bluestein: 127, 134 = 2 * 67), and 1
+LENGTHS = [1, 2, 5, 8, 12, 64, 96, 100, 127, 134, 256]
 NORMS = [None, "ortho", "forward"]
 
 

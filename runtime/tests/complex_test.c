@@ -1,7 +1,7 @@
 /* Complex family: dtype rules, the routing of complex arguments (complex builders, or
  * UNIMPLEMENTED for ops without one), copies with conjugation, complex arithmetic, and
- * the FFTs against a direct DFT in long double for every kind of length (radix-2, the
- * direct path, Bluestein). */
+ * the FFTs against a direct DFT in long double for every kind of length (radix-2, mixed
+ * radix with factors 4, 2, 3, 5, 13, Bluestein for the primes 127 and 67). */
 #include <complex.h>
 #include <string.h>
 
@@ -108,7 +108,7 @@ static void dft(const double* x, int64_t n, int sign, double* out) {
 }
 
 static void test_fft_lengths(void) {
-  int64_t lengths[] = {1, 2, 3, 8, 12, 64, 65, 100, 127, 128, 1000};
+  int64_t lengths[] = {1, 2, 3, 8, 12, 64, 65, 100, 127, 128, 469, 768, 1000};
   for (size_t li = 0; li < sizeof lengths / sizeof *lengths; ++li) {
     int64_t n = lengths[li];
     double* x = malloc(sizeof(double) * 2 * (size_t)n);

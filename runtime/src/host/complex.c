@@ -7,8 +7,9 @@
  *
  * FFT: every transform runs in double precision on a dense complex128 work array of the
  * full signal shape, one dim at a time: each line along the dim is gathered, transformed
- * (iterative radix-2 for powers of two; a direct DFT for short other lengths; Bluestein's
- * chirp-z algorithm, a convolution done with power-of-two FFTs, for long other lengths)
+ * (iterative radix-2 for powers of two; mixed-radix Cooley-Tukey with radix-4/2 butterflies
+ * and direct DFTs of the odd prime factors when those are at most 64; otherwise
+ * Bluestein's chirp-z algorithm, a convolution done with power-of-two FFTs)
  * and scattered back. Lines are split over the pool. The result is scaled once and
  * stored in the output dtype. */
 #include <math.h>
@@ -120,14 +121,21 @@ static tpu_status_t run_ctile(tpu_node_t* n) {
 typedef struct fft1_s {
   int64_t n;
   int sign;       /* -1 forward, +1 backward */
-  int kind;       /* 0 radix-2, 1 direct, 2 Bluestein */
-  double* tw;     /* radix-2: n/2 twiddles exp(sign 2 pi i k / n); direct: n roots */
+  int kind;       /* 0 radix-2, 1 mixed radix, 2 Bluestein */
+  double* tw;     /* radix-2: n/2 twiddles exp(sign 2 pi i k / n); mixed radix: n of them */
+  int nf;         /* mixed radix: the factors of n (4s, 2, then odd primes <= MAX_PRIME) */
+  int64_t fac[64];
+  int64_t max_fac;
   int64_t m;      /* Bluestein: the power-of-two convolution length */
   double* chirp;  /* Bluestein: n values exp(sign pi i k^2 / n) */
   double* bf;     /* Bluestein: FFT (forward, length m) of the conjugate chirp sequence */
   struct fft1_s* sub_fwd; /* Bluestein: radix-2 plans of length m */
   struct fft1_s* sub_bwd;
 } fft1_t;
+
+/* Mixed radix is used when every prime factor of n is at most this; each factor p costs
+ * p operations per element, so a larger prime goes to Bluestein instead. */
+#define MAX_PRIME 64
 
 static void fft1_free(fft1_t* p) {
   if (!p) return;
@@ -165,6 +173,56 @@ static void radix2(const fft1_t* p, double* x) {
   }
 }
 
+/* Mixed-radix decimation in time: the n-point transform of in[0], in[stride], ... into
+ * out[0..n) from P transforms of length n / P of the decimated sequences (written to
+ * out's P blocks), combined by one P-point DFT per output index, with twiddles
+ * W_n^(r k). f indexes the plan's factor list; t holds 2 * max_fac doubles. */
+static void mixed(const fft1_t* p, const double* in, int64_t stride, double* out, int64_t n, int f, double* t) {
+  if (n == 1) { out[0] = in[0]; out[1] = in[1]; return; }
+  const int64_t P = p->fac[f], m = n / P, N = p->n, tws = N / n;
+  for (int64_t r = 0; r < P; ++r) mixed(p, in + 2 * r * stride, stride * P, out + 2 * r * m, m, f + 1, t);
+  const double* tw = p->tw;
+  for (int64_t k = 0; k < m; ++k) {
+    for (int64_t r = 0; r < P; ++r) { /* t_r = out[r m + k] W_n^(r k) */
+      const double* o = out + 2 * (r * m + k);
+      int64_t e = r * k * tws;
+      double wr = tw[2 * e], wi = tw[2 * e + 1];
+      t[2 * r] = o[0] * wr - o[1] * wi;
+      t[2 * r + 1] = o[0] * wi + o[1] * wr;
+    }
+    if (P == 2) {
+      double* a = out + 2 * k;
+      double* b = out + 2 * (k + m);
+      a[0] = t[0] + t[2]; a[1] = t[1] + t[3];
+      b[0] = t[0] - t[2]; b[1] = t[1] - t[3];
+    } else if (P == 4) { /* W_4 = sign i */
+      double s0r = t[0] + t[4], s0i = t[1] + t[5], d0r = t[0] - t[4], d0i = t[1] - t[5];
+      double s1r = t[2] + t[6], s1i = t[3] + t[7], d1r = t[2] - t[6], d1i = t[3] - t[7];
+      double jr = -p->sign * d1i, ji = p->sign * d1r; /* sign i (t1 - t3) */
+      double* x0 = out + 2 * k;
+      double* x1 = out + 2 * (k + m);
+      double* x2 = out + 2 * (k + 2 * m);
+      double* x3 = out + 2 * (k + 3 * m);
+      x0[0] = s0r + s1r; x0[1] = s0i + s1i;
+      x2[0] = s0r - s1r; x2[1] = s0i - s1i;
+      x1[0] = d0r + jr; x1[1] = d0i + ji;
+      x3[0] = d0r - jr; x3[1] = d0i - ji;
+    } else {
+      const int64_t wp = N / P; /* W_P^j = W_N^(j N / P) */
+      for (int64_t q = 0; q < P; ++q) {
+        double sr = 0, si = 0;
+        for (int64_t r = 0, e = 0; r < P; ++r, e = e + q < P ? e + q : e + q - P) {
+          double wr = tw[2 * e * wp], wi = tw[2 * e * wp + 1];
+          sr += t[2 * r] * wr - t[2 * r + 1] * wi;
+          si += t[2 * r] * wi + t[2 * r + 1] * wr;
+        }
+        out[2 * (k + q * m)] = sr;
+        out[2 * (k + q * m) + 1] = si;
+      }
+    }
+  }
+}
+
 static bool is_pow2(int64_t n) { return n > 0 && (n & (n - 1)) == 0; }
 
 /* exp(sign * i * pi * num / den) with num reduced modulo 2 den for accuracy. */
@@ -173,6 +231,23 @@ static void unit(int sign, int64_t num, int64_t den, double* re, double* im) {
   double t = 3.14159265358979323846 * (double)num / (double)den;
   *re = cos(t);
   *im = sign * sin(t);
+}
+
+/* Factors n into 4s, a 2, then odd primes; false when a prime factor exceeds MAX_PRIME. */
+static bool factor(fft1_t* p, int64_t n) {
+  p->nf = 0;
+  p->max_fac = 1;
+  while (n % 4 == 0 && n > 4) { p->fac[p->nf++] = 4; n /= 4; }
+  for (int64_t d = 2; n > 1; d = d == 2 ? 3 : d + 2) {
+    if (d > MAX_PRIME) return false;
+    while (n % d == 0) {
+      if (p->nf == 64) return false;
+      p->fac[p->nf++] = d;
+      n /= d;
+    }
+  }
+  for (int i = 0; i < p->nf; ++i) if (p->fac[i] > p->max_fac) p->max_fac = p->fac[i];
+  return true;
 }
 
 static fft1_t* fft1_plan(int64_t n, int sign) {
@@ -187,7 +262,7 @@ static fft1_t* fft1_plan(int64_t n, int sign) {
     for (int64_t k = 0; k < n / 2; ++k) unit(sign, 2 * k, n, &p->tw[2 * k], &p->tw[2 * k + 1]);
     return p;
   }
-  if (n <= 64) {
+  if (factor(p, n)) {
     p->kind = 1;
     p->tw = tpu__malloc(sizeof(double) * 2 * (size_t)n);
     if (!p->tw) { fft1_free(p); return NULL; }
@@ -219,24 +294,17 @@ static fft1_t* fft1_plan(int64_t n, int sign) {
 }
 
 /* Scratch a plan needs per thread (doubles). */
-static int64_t fft1_scratch(const fft1_t* p) { return p->kind == 0 ? 0 : p->kind == 1 ? 2 * p->n : 2 * p->m; }
+static int64_t fft1_scratch(const fft1_t* p) {
+  return p->kind == 0 ? 0 : p->kind == 1 ? 2 * p->n + 2 * p->max_fac : 2 * p->m;
+}
 
 /* Unnormalized transform of the n complex values at x, in place. */
 static void fft1_run(const fft1_t* p, double* x, double* scratch) {
   int64_t n = p->n;
   if (p->kind == 0) { radix2(p, x); return; }
   if (p->kind == 1) {
-    for (int64_t k = 0; k < n; ++k) {
-      double sr = 0, si = 0;
-      for (int64_t j = 0, e = 0; j < n; ++j, e = e + k < n ? e + k : e + k - n) {
-        double wr = p->tw[2 * e], wi = p->tw[2 * e + 1];
-        sr += x[2 * j] * wr - x[2 * j + 1] * wi;
-        si += x[2 * j] * wi + x[2 * j + 1] * wr;
-      }
-      scratch[2 * k] = sr;
-      scratch[2 * k + 1] = si;
-    }
-    memcpy(x, scratch, sizeof(double) * 2 * (size_t)n);
+    memcpy(scratch, x, sizeof(double) * 2 * (size_t)n);
+    mixed(p, scratch, 1, x, n, 0, scratch + 2 * n);
     return;
   }
   int64_t m = p->m;
