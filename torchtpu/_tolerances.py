@@ -10,6 +10,10 @@ TOLERANCES = {
     torch.float64: dict(atol=1e-10, rtol=1e-9),
     torch.bfloat16: dict(atol=1e-2, rtol=1.6e-2),
     torch.float16: dict(atol=1e-3, rtol=1e-3),
+    # complex: compared as |actual - expected| <= atol + rtol |expected| (torch.testing),
+    # each part computed in its part dtype, so the part dtype's tolerance
+    torch.complex64: dict(atol=1e-5, rtol=1.3e-5),
+    torch.complex128: dict(atol=1e-10, rtol=1e-9),
 }
 
 

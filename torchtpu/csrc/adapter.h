@@ -67,6 +67,10 @@ struct OpSite : ScopedSite {
 
 // The counted, refusable CPU fallback (ops.cpp).
 void cpu_fallback_boxed(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);
+// The same for a call libtpurt declined (UNIMPLEMENTED): `why` (its message, naming the
+// op and e.g. the dtype) is part of the error when the fallback is disabled.
+void cpu_fallback_with_reason(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack,
+                              const std::string& why);
 std::vector<std::pair<std::string, int64_t>> fallback_counts();
 void set_fallback_mode(const std::string& mode);  // "allow" | "warn" | "error"
 std::string fallback_mode();

@@ -50,7 +50,9 @@ static_assert(TPU_DTYPE_F32 == static_cast<int>(at::kFloat) &&
               TPU_DTYPE_BOOL == static_cast<int>(at::kBool) &&
               TPU_DTYPE_U8 == static_cast<int>(at::kByte) &&
               TPU_DTYPE_F16 == static_cast<int>(at::kHalf) &&
-              TPU_DTYPE_I64 == static_cast<int>(at::kLong),
+              TPU_DTYPE_I64 == static_cast<int>(at::kLong) &&
+              TPU_DTYPE_C64 == static_cast<int>(at::kComplexFloat) &&
+              TPU_DTYPE_C128 == static_cast<int>(at::kComplexDouble),
               "tpu_dtype_t must equal c10::ScalarType");
 
 // ---- current device --------------------------------------------------------------

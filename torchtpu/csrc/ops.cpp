@@ -17,6 +17,8 @@
 #include <ATen/ops/_transformer_encoder_layer_fwd_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -71,6 +73,7 @@ void clear_arg(tpu_arg_t& a) {
   a.scalar_is_tensor = false;
   a.scalar_dtype = TPU_DTYPE_INVALID;
   a.v.i = 0;
+  a.scalar_im = 0;
   a.tensor.storage = nullptr;
   a.list = nullptr;
   a.dlist = nullptr;
@@ -84,7 +87,12 @@ void scalar_arg(tpu_arg_t& a, const c10::Scalar& s, const std::string& op) {
   if (s.isBoolean()) { a.scalar_kind = TPU_SCALAR_BOOL; a.v.i = s.toBool(); }
   else if (s.isIntegral(false)) { a.scalar_kind = TPU_SCALAR_INT; a.v.i = s.toLong(); }
   else if (s.isFloatingPoint()) { a.scalar_kind = TPU_SCALAR_FLOAT; a.v.d = s.toDouble(); }
-  else check(tpu_status_make(TPU_UNIMPLEMENTED, "%s: complex scalars are not supported on tpu", op.c_str()));
+  else if (s.isComplex()) {
+    auto z = s.toComplexDouble();
+    a.scalar_kind = TPU_SCALAR_COMPLEX;
+    a.v.d = z.real();
+    a.scalar_im = z.imag();
+  } else check(tpu_status_make(TPU_UNIMPLEMENTED, "%s: this kind of scalar is not supported on tpu", op.c_str()));
 }
 
 void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -187,9 +195,11 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   tpu_node_t* node = nullptr;
   tpu_status_t st = tpu_op_prepare(index, variant, targs.data(), static_cast<int>(targs.size()), &node);
   if (st && tpu_status_code(st) == TPU_UNIMPLEMENTED) {
-    // e.g. a dtype the native kernel does not cover: the counted CPU fallback runs it.
+    // e.g. a dtype the native kernel does not cover: the counted CPU fallback runs it
+    // (and names libtpurt's reason when the fallback is disabled).
+    std::string why = tpu_status_message(st);
     tpu_status_free(st);
-    cpu_fallback_boxed(op, stack);
+    cpu_fallback_with_reason(op, stack, why);
     return;
   }
   check(st);
@@ -248,6 +258,10 @@ std::string g_fb_mode = [] {
 }  // namespace
 
 void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  cpu_fallback_with_reason(op, stack, "");
+}
+
+void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::string& why) {
   const auto& s = op.schema();
   std::string name = s.name() + (s.overload_name().empty() ? "" : "." + s.overload_name());
   bool first;
@@ -259,7 +273,8 @@ void cpu_fallback_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack)
   }
   OpSite site;
   TORCH_CHECK_NOT_IMPLEMENTED(mode != "error", name,
-      " has no native tpu kernel and the CPU fallback is disabled "
+      " has no native tpu kernel", why.empty() ? "" : " for this call (", why, why.empty() ? "" : ")",
+      " and the CPU fallback is disabled "
       "(torchtpu.set_fallback(\"error\")). Enable it with torchtpu.set_fallback(\"warn\").");
   if (first && mode == "warn")
     TORCH_WARN(name, " is not implemented natively for tpu; running it on the CPU "
@@ -353,13 +368,19 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(self.sizes() == dst.sizes() || dst.numel() == self.numel() ||
               at::infer_size(dst.sizes(), self.sizes()) == dst.sizes(),
               "copy_: cannot copy a tensor of shape ", self.sizes(), " into ", dst.sizes());
-  TORCH_CHECK_NOT_IMPLEMENTED(!self.is_complex() && !dst.is_complex(),
-      "copy between ", self.device().str(), " and ", dst.device().str(), ": complex dtypes (",
-      self.scalar_type(), " -> ", dst.scalar_type(), ") are not supported on tpu");
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
-  TORCH_CHECK_NOT_IMPLEMENTED(!(src_tpu && dst_tpu && self.is_neg()),
-      "copy_: a negative-bit view (torch._neg_view) as the source of a tpu-to-tpu copy is not supported");
+  for (const at::Tensor* t : {&self, &dst})
+    TORCH_CHECK_NOT_IMPLEMENTED(t->device().type() != kTpu ||
+                                tpu_dtype_is_supported(static_cast<tpu_dtype_t>(t->scalar_type())),
+        "copy between ", self.device().str(), " and ", dst.device().str(), ": dtype ",
+        t->scalar_type(), " is not supported on tpu");
+  // Conjugate / negative bits: the values written are self's logical values, stored
+  // under dst's own bits (a flagged dst holds the conjugate / negation physically).
+  const bool conj = self.is_conj() != dst.is_conj(), neg = self.is_neg() != dst.is_neg();
+  if (self.is_complex() && !dst.is_complex()) {
+    TORCH_WARN_ONCE("Casting complex values to real discards the imaginary part");
+  }
   if (src_tpu && dst_tpu) {
     // Device to device (possibly across devices): the runtime's copy op casts/broadcasts.
     if (self.device() != dst.device()) {
@@ -367,11 +388,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       return copy_from(host, dst, non_blocking);
     }
     tpu_view_t dv = view_of(dst), sv = view_of(self);
-    check(tpu_copy(&dv, &sv));  // libtpurt's copy node: broadcast + dtype cast
+    check(tpu_copy_math(&dv, &sv, conj, neg));  // libtpurt's copy node: broadcast + dtype cast
     return dst;
   }
   if (dst_tpu) {
-    at::Tensor src = self.resolve_neg().to(dst.scalar_type()).expand(dst.sizes()).contiguous();
+    at::Tensor src = self.resolve_conj().resolve_neg();
+    if (dst.is_conj()) src = src.conj().resolve_conj();
+    if (dst.is_neg()) src = src.neg();
+    src = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     tpu_view_t v = view_of(dst);
     check(tpu_copy_from_host(&v, src.data_ptr()));
     return dst;
@@ -381,6 +405,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   tpu_view_t v = view_of(self);
   check(tpu_copy_to_host(&v, host.data_ptr()));
+  if (self.is_conj()) host = host.conj_physical();  // the bytes are the unconjugated values
   if (self.is_neg()) host.neg_();  // the bytes are the un-negated values
   at::Tensor d = dst;
   d.copy_(host);
@@ -577,6 +602,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", at::native::view);
   m.impl("_reshape_alias", at::native::_reshape_alias);
   m.impl("unfold", at::native::unfold);
+  // complex <-> (..., 2) real views of the same storage: ATen's metadata functions
+  // (sizes, strides and offset in the other dtype's elements), no data moves.
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
@@ -633,7 +662,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 // The conjugate/negative-bit fallbacks would materialize a flagged source with clone(),
 // which copies through _copy_from again: endless recursion for a backend. _copy_from
-// sees such tensors itself (and refuses complex ones above).
+// sees such tensors itself and resolves the bits in the copy (tpu_copy_math).
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
 }

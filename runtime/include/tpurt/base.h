@@ -61,6 +61,8 @@ typedef enum tpu_dtype_e {
   TPU_DTYPE_F16 = 5,
   TPU_DTYPE_F32 = 6,
   TPU_DTYPE_F64 = 7,
+  TPU_DTYPE_C64 = 9,   /* complex64: interleaved (re, im) float32 pairs */
+  TPU_DTYPE_C128 = 10, /* complex128: interleaved (re, im) float64 pairs */
   TPU_DTYPE_BOOL = 11,
   TPU_DTYPE_BF16 = 15,
   TPU_DTYPE_INVALID = -1,
@@ -71,6 +73,7 @@ const char* tpu_dtype_name(tpu_dtype_t dtype);  /* "float32", ... */
 bool tpu_dtype_is_supported(tpu_dtype_t dtype);
 bool tpu_dtype_is_floating(tpu_dtype_t dtype);
 bool tpu_dtype_is_integral(tpu_dtype_t dtype, bool include_bool);
+bool tpu_dtype_is_complex(tpu_dtype_t dtype);
 
 #ifdef __cplusplus
 }

@@ -155,6 +155,10 @@ tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst);
 /* Device -> device on one device: dst = src broadcast to dst's shape and cast to dst's
  * dtype (queued). */
 tpu_status_t tpu_copy(const tpu_view_t* dst, const tpu_view_t* src);
+/* The same, conjugating (conj: complex sources only) and/or negating the values: the
+ * copy that resolves a source's conjugate / negative bit (x.conj(), torch._neg_view).
+ * A complex source copied to a real destination keeps its real part. */
+tpu_status_t tpu_copy_math(const tpu_view_t* dst, const tpu_view_t* src, bool conj, bool negate);
 
 /* ---- ops: the ATen front end ---------------------------------------------------------
  * The adapter translates each ATen call into a list of tpu_arg_t (one per schema
@@ -178,6 +182,7 @@ typedef enum tpu_arg_kind_e {
 
 typedef enum tpu_scalar_kind_e {
   TPU_SCALAR_BOOL = 0, TPU_SCALAR_INT = 1, TPU_SCALAR_FLOAT = 2,
+  TPU_SCALAR_COMPLEX = 3, /* .v.d is the real part, .scalar_im the imaginary part */
 } tpu_scalar_kind_t;
 
 typedef struct tpu_arg_s {
@@ -188,6 +193,7 @@ typedef struct tpu_arg_s {
   bool scalar_is_tensor;
   tpu_dtype_t scalar_dtype;
   union { int64_t i; double d; bool b; } v;
+  double scalar_im;  /* TPU_SCALAR_COMPLEX: imaginary part */
   tpu_view_t tensor;
   const int64_t* list;
   const double* dlist;

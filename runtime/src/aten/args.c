@@ -45,7 +45,8 @@ tpu_status_t tpu__arg_int(tpu_build_t* b, int i, int64_t* out) {
   const tpu_arg_t* a = tpu__arg(b, i);
   if (a && a->kind == TPU_ARG_INT) { *out = a->v.i; return NULL; }
   if (a && a->kind == TPU_ARG_BOOL) { *out = a->v.b; return NULL; }
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = a->v.i; return NULL; }
+  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT &&
+      a->scalar_kind != TPU_SCALAR_COMPLEX) { *out = a->v.i; return NULL; }
   return want(b, i, "int");
 }
 
@@ -60,7 +61,7 @@ tpu_status_t tpu__arg_double(tpu_build_t* b, int i, double* out) {
   if (a && a->kind == TPU_ARG_INT) { *out = (double)a->v.i; return NULL; }
   if (a && a->kind == TPU_ARG_BOOL) { *out = a->v.b; return NULL; }
   if (a && a->kind == TPU_ARG_SCALAR) {
-    *out = a->scalar_kind == TPU_SCALAR_FLOAT ? a->v.d : (double)a->v.i;
+    *out = a->scalar_kind == TPU_SCALAR_FLOAT || a->scalar_kind == TPU_SCALAR_COMPLEX ? a->v.d : (double)a->v.i;
     return NULL;
   }
   return want(b, i, "float");
@@ -75,7 +76,8 @@ tpu_status_t tpu__arg_bool(tpu_build_t* b, int i, bool* out) {
   const tpu_arg_t* a = tpu__arg(b, i);
   if (a && a->kind == TPU_ARG_BOOL) { *out = a->v.b; return NULL; }
   if (a && a->kind == TPU_ARG_INT) { *out = a->v.i != 0; return NULL; }
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = a->v.i != 0; return NULL; }
+  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT &&
+      a->scalar_kind != TPU_SCALAR_COMPLEX) { *out = a->v.i != 0; return NULL; }
   return want(b, i, "bool");
 }
 
@@ -88,7 +90,8 @@ tpu_status_t tpu__arg_intlist(tpu_build_t* b, int i, const int64_t** out, int* l
   const tpu_arg_t* a = tpu__arg(b, i);
   if (a && a->kind == TPU_ARG_INTLIST) { *out = a->list; *len = (int)a->list_len; return NULL; }
   if (a && a->kind == TPU_ARG_INT) { *out = &a->v.i; *len = 1; return NULL; }
-  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT) { *out = &a->v.i; *len = 1; return NULL; }
+  if (a && a->kind == TPU_ARG_SCALAR && a->scalar_kind != TPU_SCALAR_FLOAT &&
+      a->scalar_kind != TPU_SCALAR_COMPLEX) { *out = &a->v.i; *len = 1; return NULL; }
   return want(b, i, "int[]");
 }
 
@@ -97,6 +100,7 @@ tpu_dtype_t tpu__arg_dtype(const tpu_arg_t* a) {
   if (a->kind == TPU_ARG_SCALAR) {
     if (a->scalar_is_tensor) return a->scalar_dtype;
     return a->scalar_kind == TPU_SCALAR_FLOAT ? TPU_DTYPE_F64
+           : a->scalar_kind == TPU_SCALAR_COMPLEX ? TPU_DTYPE_C128
            : a->scalar_kind == TPU_SCALAR_INT ? TPU_DTYPE_I64 : TPU_DTYPE_BOOL;
   }
   if (a->kind == TPU_ARG_DOUBLE) return TPU_DTYPE_F64;
@@ -115,10 +119,13 @@ tpu_status_t tpu__input_from_arg(tpu_build_t* b, int i) {
   }
   double d;
   TPU_RETURN_IF_ERROR(tpu__arg_double(b, i, &d));
-  int64_t iv = (a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_FLOAT) ||
+  bool is_c = a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_COMPLEX;
+  int64_t iv = (a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_FLOAT) || is_c ||
                        a->kind == TPU_ARG_DOUBLE ? (int64_t)d
                : a->kind == TPU_ARG_BOOL ? a->v.b : a->v.i;
-  return tpu__node_add_scalar(b->node, d, iv, tpu__arg_dtype(a));
+  TPU_RETURN_IF_ERROR(tpu__node_add_scalar(b->node, d, iv, tpu__arg_dtype(a)));
+  if (is_c) b->node->in[b->node->n_in - 1].scalar_im = a->scalar_im;
+  return NULL;
 }
 
 tpu_status_t tpu__wrap_dim(tpu_build_t* b, int64_t dim, int ndim, int* out) {
@@ -151,6 +158,9 @@ tpu_status_t tpu__broadcast(tpu_build_t* b, const int64_t* a, int na, const int6
  * floating type and the higher is bool/integral. */
 static tpu_dtype_t combine(tpu_dtype_t higher, tpu_dtype_t lower) {
   if (higher == TPU_DTYPE_INVALID) return lower;
+  if (tpu_dtype_is_complex(higher)) return higher;
+  if (tpu_dtype_is_complex(lower))  /* keeps a floating higher's precision */
+    return tpu_dtype_is_floating(higher) ? tpu__complex_of(higher) : lower;
   if (tpu_dtype_is_floating(higher)) return higher;
   if (higher == TPU_DTYPE_BOOL || tpu_dtype_is_floating(lower))
     return lower == TPU_DTYPE_INVALID ? higher : tpu__promote(higher, lower);
@@ -170,6 +180,7 @@ tpu_dtype_t tpu__result_type(tpu_build_t* b, const int* idx, int n) {
       zero = tpu__promote(zero, t);
     } else {
       if (tpu_dtype_is_floating(t)) t = tpu__default_float();
+      else if (tpu_dtype_is_complex(t)) t = tpu__complex_of(tpu__default_float());
       wrapped = tpu__promote(wrapped, t);
     }
   }

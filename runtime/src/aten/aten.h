@@ -28,9 +28,19 @@ typedef struct tpu_aten_entry_s {
 /* The op is random but its schema has no Generator (native_dropout): the adapter
  * appends a seed drawn from the device generator as one extra trailing INT argument. */
 #define TPU_ATEN_NEEDS_SEED 1
+/* The builder and its kernel only move elements (any element size) and take complex
+ * scalars: calls with complex arguments may use the entry as it is. */
+#define TPU_ATEN_COMPLEX 2
+
+/* Complex dtypes (aten/complex.c). Builders of the other families never see a complex
+ * argument or output: tpu_op_prepare sends a call that has one to the complex family's
+ * builder of the same name (tpu__aten_complex, whose ops take real and complex
+ * arguments, or tpu__aten_complex_alt, the complex forms of ops listed elsewhere), and
+ * answers UNIMPLEMENTED (the adapter's counted CPU fallback) when there is none. */
+extern const tpu_aten_entry_t tpu__aten_complex_alt[];
 
 /* Each family exports a NULL-name-terminated entry array. */
-#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated)
+#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex)
 #define TPU__DECL_TAB(f) extern const tpu_aten_entry_t tpu__aten_##f[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB

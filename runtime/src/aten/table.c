@@ -6,6 +6,8 @@
 #include "aten/aten.h"
 
 static const tpu_aten_entry_t** entries;
+/* Per entry: the builder for calls with a complex argument or output (NULL: none). */
+static const tpu_aten_entry_t** complex_entries;
 static int n_entries;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
@@ -21,8 +23,33 @@ static void build_table(void) {
     for (const tpu_aten_entry_t* e = families[f]; e->name; ++e) ++n;
   entries = tpu__calloc((size_t)n, sizeof(*entries));
   if (!entries) return;
+  complex_entries = tpu__calloc((size_t)n, sizeof(*complex_entries));
+  if (!complex_entries) { tpu__free(entries); entries = NULL; return; }
   for (size_t f = 0; f < sizeof families / sizeof *families; ++f)
-    for (const tpu_aten_entry_t* e = families[f]; e->name; ++e) entries[n_entries++] = e;
+    for (const tpu_aten_entry_t* e = families[f]; e->name; ++e) {
+      const tpu_aten_entry_t* c = families[f] == tpu__aten_complex || (e->flags & TPU_ATEN_COMPLEX) ? e : NULL;
+      for (const tpu_aten_entry_t* a = tpu__aten_complex_alt; !c && a->name; ++a)
+        if (!strcmp(a->name, e->name)) c = a;
+      complex_entries[n_entries] = c;
+      entries[n_entries++] = e;
+    }
+}
+
+/* The first complex dtype among the call's tensors and numbers (INVALID: none). */
+static tpu_dtype_t complex_arg(const tpu_arg_t* args, int nargs) {
+  for (int i = 0; i < nargs; ++i) {
+    const tpu_arg_t* a = &args[i];
+    if (a->kind == TPU_ARG_TENSOR && a->tensor.storage && tpu_dtype_is_complex(a->tensor.dtype))
+      return a->tensor.dtype;
+    if (a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_COMPLEX)
+      return TPU_DTYPE_C128;
+    if (a->kind == TPU_ARG_SCALAR && a->scalar_is_tensor && tpu_dtype_is_complex(a->scalar_dtype))
+      return a->scalar_dtype;
+    if (a->kind == TPU_ARG_TENSORLIST)
+      for (int64_t k = 0; k < a->list_len; ++k)
+        if (a->tensors[k].storage && tpu_dtype_is_complex(a->tensors[k].dtype)) return a->tensors[k].dtype;
+  }
+  return TPU_DTYPE_INVALID;
 }
 
 int tpu_aten_op_count(void) {
@@ -59,12 +86,24 @@ tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* a
   if (index < 0 || index >= tpu_aten_op_count())
     return tpu_status_make(TPU_INTERNAL, "no ATen entry %d", index);
   const tpu_aten_entry_t* e = entries[index];
+  tpu_dtype_t cplx = complex_arg(args, nargs);
+  if (cplx != TPU_DTYPE_INVALID) {
+    if (!complex_entries[index])
+      return tpu_status_make(TPU_UNIMPLEMENTED, "%s: not implemented on tpu for complex dtypes (got %s)",
+                             e->name, tpu__dtype_c10_name(cplx));
+    e = complex_entries[index];
+  }
   tpu_node_t* n = tpu__node_create();
   if (!n) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
   n->aten_index = index;
   n->variant = variant;
   tpu_build_t b = {e->name, variant, args, nargs, n, e->data};
   tpu_status_t st = e->build(&b);
+  /* An op whose dtype argument asks for a complex result from real inputs. */
+  for (int i = 0; !st && e != complex_entries[index] && i < n->n_out; ++i)
+    if (!tpu__output_absent(&n->out[i]) && tpu_dtype_is_complex(n->out[i].dtype))
+      st = tpu_status_make(TPU_UNIMPLEMENTED, "%s: not implemented on tpu for complex dtypes (got %s)",
+                           e->name, tpu__dtype_c10_name(n->out[i].dtype));
   if (st) { tpu__node_free(n); return st; }
   *out_node = n;
   return NULL;

@@ -37,16 +37,18 @@ static void count_nonfinite(const tpu_operand_t* op, int64_t* nan_out, int64_t* 
   for (int64_t k = 0; k < numel; ++k) {
     int64_t off = op->offset;
     for (int d = 0; d < op->ndim; ++d) off += idx[d] * op->strides[d];
-    double v;
+    double v, v2 = 0;
     const char* p = base + off * (int64_t)isz;
     switch (op->dtype) {
+      case TPU_DTYPE_C64: v = ((const float*)p)[0]; v2 = ((const float*)p)[1]; break;
+      case TPU_DTYPE_C128: v = ((const double*)p)[0]; v2 = ((const double*)p)[1]; break;
       case TPU_DTYPE_F32: v = *(const float*)p; break;
       case TPU_DTYPE_F64: v = *(const double*)p; break;
       case TPU_DTYPE_F16: v = (double)*(const _Float16*)p; break;
       default: { uint32_t u = (uint32_t)(*(const uint16_t*)p) << 16; float f; memcpy(&f, &u, 4); v = f; }
     }
-    nan_n += isnan(v) != 0;
-    inf_n += isinf(v) != 0; /* glibc's isinf is -1 for -inf */
+    nan_n += isnan(v) || isnan(v2);
+    inf_n += isinf(v) || isinf(v2); /* glibc's isinf is -1 for -inf */
     for (int d = op->ndim - 1; d >= 0; --d) {
       if (++idx[d] < op->sizes[d]) break;
       idx[d] = 0;
@@ -82,7 +84,8 @@ void tpu__debug_after_run(tpu_node_t* n, double us, tpu_status_t* st) {
   if (*st || policy == 0) return;
   for (int i = 0; i < n->n_out; ++i) {
     const tpu_operand_t* op = &n->out[i];
-    if (tpu__output_absent(op) || !n->out_bound[i] || !tpu_dtype_is_floating(op->dtype)) continue;
+    if (tpu__output_absent(op) || !n->out_bound[i] ||
+        !(tpu_dtype_is_floating(op->dtype) || tpu_dtype_is_complex(op->dtype))) continue;
     int64_t nan_n, inf_n;
     count_nonfinite(op, &nan_n, &inf_n);
     if (!nan_n && !inf_n) continue;

@@ -97,6 +97,10 @@ tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst) {
 }
 
 tpu_status_t tpu_copy(const tpu_view_t* dst, const tpu_view_t* src) {
+  return tpu_copy_math(dst, src, false, false);
+}
+
+tpu_status_t tpu_copy_math(const tpu_view_t* dst, const tpu_view_t* src, bool conj, bool negate) {
   if (!view_in_bounds(dst) || !view_in_bounds(src))
     return tpu_status_make(TPU_INVALID_ARGUMENT, "copy_: view out of bounds");
   if (dst->storage->device != src->storage->device)
@@ -113,6 +117,8 @@ tpu_status_t tpu_copy(const tpu_view_t* dst, const tpu_view_t* src) {
   if (!n) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM");
   n->kind = TPU_KIND_COPY;
   n->variant = TPU_VARIANT_OUT;
+  n->ia[0] = conj && tpu_dtype_is_complex(src->dtype);
+  n->ia[1] = negate;
   tpu_status_t st = tpu__node_add_input(n, src);
   if (!st) {
     tpu__node_add_output(n, dst->dtype, dst->ndim, dst->sizes);

@@ -5,7 +5,8 @@ size_t tpu_dtype_size(tpu_dtype_t d) {
     case TPU_DTYPE_U8: case TPU_DTYPE_I8: case TPU_DTYPE_BOOL: return 1;
     case TPU_DTYPE_I16: case TPU_DTYPE_F16: case TPU_DTYPE_BF16: return 2;
     case TPU_DTYPE_I32: case TPU_DTYPE_F32: return 4;
-    case TPU_DTYPE_I64: case TPU_DTYPE_F64: return 8;
+    case TPU_DTYPE_I64: case TPU_DTYPE_F64: case TPU_DTYPE_C64: return 8;
+    case TPU_DTYPE_C128: return 16;
     default: return 0;
   }
 }
@@ -22,6 +23,8 @@ const char* tpu_dtype_name(tpu_dtype_t d) {
     case TPU_DTYPE_F64: return "float64";
     case TPU_DTYPE_BOOL: return "bool";
     case TPU_DTYPE_BF16: return "bfloat16";
+    case TPU_DTYPE_C64: return "complex64";
+    case TPU_DTYPE_C128: return "complex128";
     default: return "unsupported dtype";
   }
 }
@@ -29,6 +32,14 @@ const char* tpu_dtype_name(tpu_dtype_t d) {
 bool tpu_dtype_is_supported(tpu_dtype_t d) { return tpu_dtype_size(d) != 0; }
 bool tpu_dtype_is_floating(tpu_dtype_t d) {
   return d == TPU_DTYPE_F16 || d == TPU_DTYPE_F32 || d == TPU_DTYPE_F64 || d == TPU_DTYPE_BF16;
+}
+bool tpu_dtype_is_complex(tpu_dtype_t d) { return d == TPU_DTYPE_C64 || d == TPU_DTYPE_C128; }
+tpu_dtype_t tpu__complex_of(tpu_dtype_t d) {
+  if (tpu_dtype_is_complex(d)) return d;
+  return d == TPU_DTYPE_F64 ? TPU_DTYPE_C128 : TPU_DTYPE_C64;
+}
+tpu_dtype_t tpu__real_of(tpu_dtype_t d) {
+  return d == TPU_DTYPE_C128 ? TPU_DTYPE_F64 : d == TPU_DTYPE_C64 ? TPU_DTYPE_F32 : d;
 }
 bool tpu_dtype_is_integral(tpu_dtype_t d, bool include_bool) {
   switch (d) {
@@ -55,6 +66,10 @@ tpu_dtype_t tpu__promote(tpu_dtype_t a, tpu_dtype_t b) {
   if (a == TPU_DTYPE_INVALID) return b;
   if (b == TPU_DTYPE_INVALID) return a;
   if (a == b) return a;
+  /* complex with anything: the complex type whose parts are the promotion of the real
+   * parts (complex64 with float64 is complex128, as c10's table has it) */
+  if (tpu_dtype_is_complex(a) || tpu_dtype_is_complex(b))
+    return tpu__complex_of(tpu__promote(tpu__real_of(a), tpu__real_of(b)));
   bool fa = tpu_dtype_is_floating(a), fb = tpu_dtype_is_floating(b);
   if (fa && fb) {
     if (a == TPU_DTYPE_F64 || b == TPU_DTYPE_F64) return TPU_DTYPE_F64;
@@ -72,12 +87,14 @@ tpu_dtype_t tpu__promote(tpu_dtype_t a, tpu_dtype_t b) {
 }
 
 bool tpu__can_cast(tpu_dtype_t from, tpu_dtype_t to) {
+  if (tpu_dtype_is_complex(from) && !tpu_dtype_is_complex(to)) return false;
   if (tpu_dtype_is_floating(from) && tpu_dtype_is_integral(to, false)) return false;
   if (from != TPU_DTYPE_BOOL && to == TPU_DTYPE_BOOL) return false;
   return true;
 }
 
 tpu_dtype_t tpu__compute_dtype(tpu_dtype_t r) {
+  if (tpu_dtype_is_complex(r)) return r;
   if (r == TPU_DTYPE_F64) return TPU_DTYPE_F64;
   if (tpu_dtype_is_floating(r)) return TPU_DTYPE_F32;
   return TPU_DTYPE_I64;
@@ -97,6 +114,8 @@ const char* tpu__dtype_c10_name(tpu_dtype_t d) {
     case TPU_DTYPE_F64: return "Double";
     case TPU_DTYPE_BOOL: return "Bool";
     case TPU_DTYPE_BF16: return "BFloat16";
+    case TPU_DTYPE_C64: return "ComplexFloat";
+    case TPU_DTYPE_C128: return "ComplexDouble";
     default: return "Undefined";
   }
 }

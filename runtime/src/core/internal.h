@@ -63,6 +63,7 @@ typedef struct tpu_operand_s {
   bool is_scalar;
   double scalar_d;  /* scalar value as double and as int64 (both always set) */
   int64_t scalar_i;
+  double scalar_im; /* imaginary part of a complex scalar (0 for real ones) */
 } tpu_operand_t;
 
 #define TPU_NODE_MAX_OUT 5
@@ -219,6 +220,10 @@ bool tpu__can_cast(tpu_dtype_t from, tpu_dtype_t to);
 /* f32 for f32/bf16/f16, f64 for f64, i64 for integers and bool. */
 tpu_dtype_t tpu__compute_dtype(tpu_dtype_t result);
 tpu_dtype_t tpu__default_float(void); /* float32 */
+/* complex64 for every real dtype but float64 (complex128); complex dtypes map to
+ * themselves. tpu__real_of: a complex dtype's part dtype; real dtypes map to themselves. */
+tpu_dtype_t tpu__complex_of(tpu_dtype_t dtype);
+tpu_dtype_t tpu__real_of(tpu_dtype_t dtype);
 /* c10's name for a dtype ("Float", "BFloat16"), as PyTorch's error messages print it. */
 const char* tpu__dtype_c10_name(tpu_dtype_t dtype);
 /* "[2, 3]" into buf. */

@@ -116,16 +116,41 @@ static const tpu_driver_vtable_t host_vtable = {
 static tpu_driver_t host_driver = {&host_vtable};
 tpu_driver_t* tpu__host_driver(void) { return &host_driver; }
 
-/* COPY: out0 = cast(in0), both strided, broadcasting in0 to out0's shape. */
+/* COPY: out0 = cast(in0), both strided, broadcasting in0 to out0's shape; ia[0]
+ * conjugates and ia[1] negates the values on the way (a source's conj / neg bit). */
 static void copy_tile(int64_t n, void* out, const void* const* in, const tpu_node_t* node) {
-  (void)node;
-  memcpy(out, in[0], (size_t)n * tpu_dtype_size(node->compute));
+  if (out != in[0]) memcpy(out, in[0], (size_t)n * tpu_dtype_size(node->compute));
+  bool conj = node->ia[0] != 0, neg = node->ia[1] != 0;
+  switch (node->compute) {
+    case TPU_DTYPE_C64: {
+      float* v = out;
+      if (neg) for (int64_t k = 0; k < 2 * n; ++k) v[k] = -v[k];
+      if (conj) for (int64_t k = 0; k < n; ++k) v[2 * k + 1] = -v[2 * k + 1];
+      break;
+    }
+    case TPU_DTYPE_C128: {
+      double* v = out;
+      if (neg) for (int64_t k = 0; k < 2 * n; ++k) v[k] = -v[k];
+      if (conj) for (int64_t k = 0; k < n; ++k) v[2 * k + 1] = -v[2 * k + 1];
+      break;
+    }
+    case TPU_DTYPE_F32: if (neg) for (int64_t k = 0; k < n; ++k) ((float*)out)[k] = -((float*)out)[k]; break;
+    case TPU_DTYPE_F64: if (neg) for (int64_t k = 0; k < n; ++k) ((double*)out)[k] = -((double*)out)[k]; break;
+    case TPU_DTYPE_I64: if (neg) for (int64_t k = 0; k < n; ++k) ((int64_t*)out)[k] = (int64_t)(0 - (uint64_t)((int64_t*)out)[k]); break;
+    default: break;
+  }
 }
 
 static tpu_status_t copy_kernel(tpu_node_t* n) {
   tpu_operand_t* o = &n->out[0];
   const tpu_operand_t* i = &n->in[0];
-  if (!i->is_scalar && i->dtype == o->dtype && i->ndim == o->ndim &&
+  bool math = n->ia[0] || n->ia[1];
+  if (tpu_dtype_is_complex(i->dtype) || tpu_dtype_is_complex(o->dtype)) {
+    /* complex -> real keeps the real part: load as complex, store the real part */
+    n->compute = tpu_dtype_is_complex(o->dtype) ? o->dtype : i->dtype;
+    return tpu__tile_run(n, n->compute, copy_tile);
+  }
+  if (!math && !i->is_scalar && i->dtype == o->dtype && i->ndim == o->ndim &&
       tpu__operand_is_contiguous(i) && tpu__operand_is_contiguous(o)) {
     bool same_shape = true;
     for (int k = 0; k < o->ndim; ++k) same_shape &= i->sizes[k] == o->sizes[k];

@@ -693,7 +693,9 @@ done:
 
 /* Stores a scalar operand's value as one element of dtype t. */
 static void store_scalar(void* p, tpu_dtype_t t, const tpu_operand_t* s) {
-  if (tpu_dtype_is_floating(t)) tpu__store_f64(p, t, s->scalar_d);
+  if (t == TPU_DTYPE_C64) { float v[2] = {(float)s->scalar_d, (float)s->scalar_im}; memcpy(p, v, 8); }
+  else if (t == TPU_DTYPE_C128) { double v[2] = {s->scalar_d, s->scalar_im}; memcpy(p, v, 16); }
+  else if (tpu_dtype_is_floating(t)) tpu__store_f64(p, t, s->scalar_d);
   else if (t == TPU_DTYPE_BOOL) tpu__store_i64(p, t, s->scalar_d != 0);
   else tpu__store_i64(p, t, tpu_dtype_is_floating(s->dtype) ? (int64_t)s->scalar_d : s->scalar_i);
 }
@@ -708,7 +710,7 @@ static tpu_status_t pad_kernel(tpu_node_t* n) {
   char* res = xalloc(total, es);
   tpu_status_t st = NULL;
   if (!src || !res) { st = TPU_HOST_NOMEM(); goto done; }
-  char fill[8];
+  char fill[16];
   store_scalar(fill, out->dtype, &n->in[1]);
   for (int64_t i = 0; i < total; ++i) memcpy(res + (size_t)i * es, fill, es);
   int64_t ost[TPU_MAX_DIMS], c[TPU_MAX_DIMS] = {0};

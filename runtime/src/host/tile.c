@@ -61,12 +61,50 @@ TPU_ISA_CLONES static void f32_to_bf16_dense(uint16_t* d, const float* s, int64_
   for (int64_t i = 0; i < n; ++i) d[i] = tpu__f32_to_bf16(s[i]);
 }
 
+/* Runs with a complex side. A real source becomes (x, 0); a complex source stored to a
+ * real dtype keeps its real part, as PyTorch's copy does (it warns in Python). */
+static void convert_complex(char* d, tpu_dtype_t dt, int64_t ds, const char* s, tpu_dtype_t st,
+                            int64_t ss, int64_t n) {
+  if (st == TPU_DTYPE_C64 && dt == TPU_DTYPE_C64) {
+    for (int64_t i = 0; i < n; ++i) memcpy(d + i * ds * 8, s + i * ss * 8, 8);
+    return;
+  }
+  if (st == TPU_DTYPE_C128 && dt == TPU_DTYPE_C128) {
+    for (int64_t i = 0; i < n; ++i) memcpy(d + i * ds * 16, s + i * ss * 16, 16);
+    return;
+  }
+  if (tpu_dtype_is_complex(st) && tpu_dtype_is_complex(dt)) { /* c64 <-> c128 */
+    for (int64_t i = 0; i < n; ++i) {
+      double re, im;
+      if (st == TPU_DTYPE_C64) { re = ((const float*)(s + i * ss * 8))[0]; im = ((const float*)(s + i * ss * 8))[1]; }
+      else { re = ((const double*)(s + i * ss * 16))[0]; im = ((const double*)(s + i * ss * 16))[1]; }
+      if (dt == TPU_DTYPE_C64) { float* q = (float*)(d + i * ds * 8); q[0] = (float)re; q[1] = (float)im; }
+      else { double* q = (double*)(d + i * ds * 16); q[0] = re; q[1] = im; }
+    }
+    return;
+  }
+  if (tpu_dtype_is_complex(st)) { /* complex -> real: the real part, through its part dtype */
+    tpu_dtype_t part = tpu__real_of(st);
+    tpu__convert_run(d, dt, ds, s, part, 2 * ss, n);
+    return;
+  }
+  /* real -> complex: the real parts through the part dtype, then zero imaginary parts */
+  tpu_dtype_t part = tpu__real_of(dt);
+  size_t psz = tpu_dtype_size(part);
+  tpu__convert_run(d, part, 2 * ds, s, st, ss, n);
+  for (int64_t i = 0; i < n; ++i) memset(d + (2 * i * ds + 1) * (int64_t)psz, 0, psz);
+}
+
 void tpu__convert_run(void* dst, tpu_dtype_t dt, int64_t ds, const void* src,
                       tpu_dtype_t st, int64_t ss, int64_t n) {
   char* d = dst;
   const char* s = src;
   if (dt == st && ds == 1 && ss == 1) {
     memcpy(d, s, (size_t)n * tpu_dtype_size(dt));
+    return;
+  }
+  if (tpu_dtype_is_complex(dt) || tpu_dtype_is_complex(st)) {
+    convert_complex(d, dt, ds, s, st, ss, n);
     return;
   }
   if (st == TPU_DTYPE_F32 && dt == TPU_DTYPE_BF16 && ds == 1 && ss == 1) {
@@ -143,7 +181,12 @@ static void iter_build(iter_t* it, const tpu_operand_t* out, const tpu_operand_t
 }
 
 static void fill_const(void* buf, tpu_dtype_t c, const tpu_operand_t* s, int64_t n) {
-  if (c == TPU_DTYPE_F32) { float v = (float)s->scalar_d; for (int64_t i = 0; i < n; ++i) ((float*)buf)[i] = v; }
+  if (c == TPU_DTYPE_C64) {
+    float re = (float)s->scalar_d, im = (float)s->scalar_im;
+    for (int64_t i = 0; i < n; ++i) { ((float*)buf)[2 * i] = re; ((float*)buf)[2 * i + 1] = im; }
+  } else if (c == TPU_DTYPE_C128) {
+    for (int64_t i = 0; i < n; ++i) { ((double*)buf)[2 * i] = s->scalar_d; ((double*)buf)[2 * i + 1] = s->scalar_im; }
+  } else if (c == TPU_DTYPE_F32) { float v = (float)s->scalar_d; for (int64_t i = 0; i < n; ++i) ((float*)buf)[i] = v; }
   else if (c == TPU_DTYPE_F64) { for (int64_t i = 0; i < n; ++i) ((double*)buf)[i] = s->scalar_d; }
   else { for (int64_t i = 0; i < n; ++i) ((int64_t*)buf)[i] = s->scalar_i; }
 }
@@ -385,6 +428,7 @@ static void walk(tpu_operand_t* op, const int* perm, tpu_dtype_t dt, char* dense
   size_t dsz = tpu_dtype_size(dt);
   if (op->is_scalar) {
     if (!to_dense) return;
+    if (tpu_dtype_is_complex(dt)) { fill_const(dense, dt, op, numel); return; }
     for (int64_t i = 0; i < numel; ++i) {
       if (tpu_dtype_is_floating(dt)) tpu__store_f64(dense + i * (int64_t)dsz, dt, op->scalar_d);
       else tpu__store_i64(dense + i * (int64_t)dsz, dt, op->scalar_i);
