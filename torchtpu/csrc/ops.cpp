@@ -55,6 +55,38 @@ struct OpKernel final : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
 };
 
+// Fills a kernel's per-argument facts from the op's schema.
+void init_kernel(OpKernel& k, int index, const c10::FunctionSchema& schema) {
+  k.index = index;
+  k.needs_seed = tpu_aten_op_needs_seed(index);
+  k.n_args = static_cast<int>(schema.arguments().size());
+  for (const auto& arg : schema.arguments()) {
+    if (arg.is_out()) k.n_out_args++;
+    auto t = arg.real_type();
+    if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
+    k.is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
+    k.is_scalar.push_back(t->kind() == c10::TypeKind::NumberType);
+  }
+  for (const auto& r : schema.returns())
+    k.ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);
+  if (k.n_out_args) k.variant = TPU_VARIANT_OUT;
+  else if (!schema.arguments().empty() && schema.arguments()[0].alias_info() &&
+           schema.arguments()[0].alias_info()->isWrite())
+    k.variant = TPU_VARIANT_INPLACE;
+}
+
+// An op of another library (torchvision) whose schema may be defined after this one
+// loads: the kernel reads the schema on its first call.
+struct LazyOpKernel final : c10::OperatorKernel {
+  int index = 0;
+  std::once_flag once;
+  OpKernel k;
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    std::call_once(once, [&] { init_kernel(k, index, op.schema()); });
+    k(op, ks, stack);
+  }
+};
+
 c10::DeviceIndex device_of_args(c10::ArrayRef<c10::IValue> args) {
   for (const auto& a : args) {
     if (a.isTensor() && a.toTensor().defined() && a.toTensor().device().type() == kTpu)
@@ -628,6 +660,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {
     std::string full = tpu_aten_op_name(i);
+    if (full.find("::") != std::string::npos) continue;  // another namespace: below
     auto dot = full.find('.');
     std::string base = full.substr(0, dot), ovl = dot == std::string::npos ? "" : full.substr(dot + 1);
     auto h = disp.findSchema({"aten::" + base, ovl});
@@ -637,26 +670,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
       g_skipped.push_back(full);
       continue;
     }
-    const auto& schema = h->schema();
     auto k = std::make_unique<OpKernel>();
-    k->index = i;
-    k->needs_seed = tpu_aten_op_needs_seed(i);
-    k->n_args = static_cast<int>(schema.arguments().size());
-    for (const auto& arg : schema.arguments()) {
-      if (arg.is_out()) k->n_out_args++;
-      auto t = arg.real_type();
-      if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
-      k->is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
-      k->is_scalar.push_back(t->kind() == c10::TypeKind::NumberType);
-    }
-    for (const auto& r : schema.returns())
-      k->ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);
-    if (k->n_out_args) k->variant = TPU_VARIANT_OUT;
-    else if (!schema.arguments().empty() && schema.arguments()[0].alias_info() &&
-             schema.arguments()[0].alias_info()->isWrite())
-      k->variant = TPU_VARIANT_INPLACE;
+    init_kernel(*k, i, h->schema());
     g_native.push_back(full);
     m.impl(full.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
+  }
+}
+
+// torchvision's ops (nms, roi_align, ...) from libtpurt's "torchvision::" entries.
+// Registered whether or not torchvision is installed or imported yet: the dispatcher
+// keeps an implementation for a name whose schema comes later.
+TORCH_LIBRARY_IMPL(torchvision, PrivateUse1, m) {
+  const std::string prefix = "torchvision::";
+  for (int i = 0; i < tpu_aten_op_count(); ++i) {
+    std::string full = tpu_aten_op_name(i);
+    if (full.rfind(prefix, 0) != 0) continue;
+    auto k = std::make_unique<LazyOpKernel>();
+    k->index = i;
+    g_native.push_back(full);
+    m.impl(full.substr(prefix.size()).c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(k)));
   }
 }
 

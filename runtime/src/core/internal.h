@@ -229,4 +229,13 @@ const char* tpu__dtype_c10_name(tpu_dtype_t dtype);
 /* "[2, 3]" into buf. */
 void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* sizes);
 
+/* Greedy non-maximum suppression with torchvision's CPU semantics (core/boxes.c):
+ * boxes are n rows of (x1, y1, x2, y2), dense, dtype F32 or F64 like scores (n). Boxes
+ * are visited by score, descending (stable: ties in index order; NaN first, as
+ * torch.sort); a box is kept unless a kept box before it overlaps it with IoU >
+ * threshold, the arithmetic rounded to the dtype at each step. Writes the kept indices to
+ * keep (NULL: only count) and returns their count, or -1 on host OOM. */
+int64_t tpu__nms_keep(const void* boxes, const void* scores, tpu_dtype_t dtype, int64_t n, double threshold,
+                      int64_t* keep);
+
 #endif /* TPURT_CORE_INTERNAL_H_ */
