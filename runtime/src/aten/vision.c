@@ -90,6 +90,14 @@ static tpu_status_t roi_common(tpu_build_t* b, const tpu_view_t* x, const char* 
   return NULL;
 }
 
+/* The kernels index a feature plane with 32-bit offsets, as torchvision's do. */
+static tpu_status_t plane_ok(tpu_build_t* b, int64_t h, int64_t w) {
+  if (h > 0 && w > INT32_MAX / h)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "feature planes of %lld x %lld elements are too large (at most 2^31 - 1)",
+                    (long long)h, (long long)w);
+  return NULL;
+}
+
 /* roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height,
  *           SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor */
 static tpu_status_t build_roi_align(tpu_build_t* b) {
@@ -97,6 +105,7 @@ static tpu_status_t build_roi_align(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &rois));
   TPU_RETURN_IF_ERROR(roi_common(b, x, "input", rois, 5, 6));
+  TPU_RETURN_IF_ERROR(plane_ok(b, x->sizes[2], x->sizes[3]));
   b->node->kind = TPU_KIND_ROI_ALIGN;
   int64_t shape[4] = {rois->sizes[0], x->sizes[1], b->node->ia[0], b->node->ia[1]};
   tpu__node_add_output(b->node, x->dtype, 4, shape);
@@ -124,6 +133,7 @@ static tpu_status_t build_roi_align_backward(tpu_build_t* b) {
                     "%lld x %lld output", s, (long long)rois->sizes[0], (long long)shape[1],
                     (long long)b->node->ia[0], (long long)b->node->ia[1]);
   }
+  TPU_RETURN_IF_ERROR(plane_ok(b, shape[2], shape[3]));
   b->node->kind = TPU_KIND_ROI_ALIGN_BACKWARD;
   tpu__node_add_output(b->node, g->dtype, 4, shape);
   return NULL;

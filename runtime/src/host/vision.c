@@ -79,6 +79,7 @@ typedef struct roi_s {
  * index is outside [0, N). */
 #define DEFINE_ROI(T, S, CEIL)                                                                 \
   typedef struct S##_geom_s { T sh, sw, bh, bw, count; int64_t gh, gw, b; } S##_geom_t;          \
+  typedef struct S##_tap_s { int32_t p[4]; T w[4]; } S##_tap_t;                                   \
   static int64_t S##_grid(T extent, int64_t pooled, int64_t sr) {                               \
     if (sr > 0) return sr;                                                                      \
     T g = CEIL(extent / (T)pooled);                                                             \
@@ -104,7 +105,7 @@ typedef struct roi_s {
   /* A sample point's taps (flat offsets in an H x W plane) and weights; false when the      \
    * point lies outside [-1, H] x [-1, W] (or is NaN): then the taps are pixel 0 with weight  \
    * 0, as torchvision's forward reads them (0 * inf there gives NaN, as on CPU). */          \
-  static bool S##_taps(const roi_t* R, T y, T x, int64_t* pos, T* w) {                          \
+  static bool S##_taps(const roi_t* R, T y, T x, int32_t* pos, T* w) {                          \
     int64_t H = R->H, W = R->W;                                                                 \
     if (!(y >= -1.0 && y <= (T)H && x >= -1.0 && x <= (T)W)) {                                  \
       for (int q = 0; q < 4; ++q) { pos[q] = 0; w[q] = 0; }                                     \
@@ -118,7 +119,8 @@ typedef struct roi_s {
     T ly = (T)(y - (T)yl), lx = (T)(x - (T)xl);                                                 \
     T hy = (T)(1. - ly), hx = (T)(1. - lx);                                                     \
     w[0] = (T)(hy * hx); w[1] = (T)(hy * lx); w[2] = (T)(ly * hx); w[3] = (T)(ly * lx);         \
-    pos[0] = yl * W + xl; pos[1] = yl * W + xh; pos[2] = yh * W + xl; pos[3] = yh * W + xh;     \
+    pos[0] = (int32_t)(yl * W + xl); pos[1] = (int32_t)(yl * W + xh);                          \
+    pos[2] = (int32_t)(yh * W + xl); pos[3] = (int32_t)(yh * W + xh);                          \
     return true;                                                                                \
   }                                                                                             \
   static T S##_y(const S##_geom_t* G, int64_t p, int64_t i) {                                   \
@@ -141,16 +143,15 @@ typedef struct roi_s {
         return tpu_status_make(TPU_INDEX_ERROR, "roi_align: roi %lld has batch index %g outside [0, %lld)", \
                                (long long)k, (double)((const T*)R->rois)[5 * k], (long long)R->N);  \
       int64_t ns = G.gh * G.gw;                                                                 \
-      int64_t* pos = tpu__malloc((size_t)(bins * ns > 0 ? bins * ns : 1) * 4 * sizeof(int64_t)); \
-      T* w = tpu__malloc((size_t)(bins * ns > 0 ? bins * ns : 1) * 4 * sizeof(T));              \
-      if (!pos || !w) { tpu__free(pos); tpu__free(w); return TPU_HOST_NOMEM(); }                \
+      S##_tap_t* tp = tpu__malloc((size_t)(bins * ns > 0 ? bins * ns : 1) * sizeof(S##_tap_t));  \
+      if (!tp) return TPU_HOST_NOMEM();                                                         \
       int64_t s = 0;                                                                            \
       for (int64_t ph = 0; ph < R->PH; ++ph)                                                    \
         for (int64_t pw = 0; pw < R->PW; ++pw)                                                  \
           for (int64_t iy = 0; iy < G.gh; ++iy) {                                               \
             T yy = S##_y(&G, ph, iy);                                                           \
             for (int64_t ix = 0; ix < G.gw; ++ix, ++s)                                          \
-              (void)S##_taps(R, yy, S##_x(&G, pw, ix), pos + 4 * s, w + 4 * s);                 \
+              (void)S##_taps(R, yy, S##_x(&G, pw, ix), tp[s].p, tp[s].w);                       \
           }                                                                                     \
       for (int64_t c = 0; c < R->C; ++c) {                                                      \
         const T* plane = x + (G.b * R->C + c) * HW;                                             \
@@ -159,8 +160,8 @@ typedef struct roi_s {
         for (int64_t bi = 0; bi < bins; ++bi) {                                                 \
           T acc = 0;                                                                            \
           for (int64_t j = 0; j < ns; ++j, ++t) {                                               \
-            const int64_t* p = pos + 4 * t;                                                     \
-            const T* q = w + 4 * t;                                                             \
+            const int32_t* p = tp[t].p;                                                         \
+            const T* q = tp[t].w;                                                               \
             T v = (T)((T)((T)((T)(q[0] * plane[p[0]]) + (T)(q[1] * plane[p[1]])) +              \
                           (T)(q[2] * plane[p[2]])) + (T)(q[3] * plane[p[3]]));                   \
             acc = (T)(acc + v);                                                                 \
@@ -168,7 +169,7 @@ typedef struct roi_s {
           out[bi] = (T)(acc / G.count);                                                         \
         }                                                                                       \
       }                                                                                         \
-      tpu__free(pos); tpu__free(w);                                                             \
+      tpu__free(tp);                                                                            \
     }                                                                                           \
     return NULL;                                                                                \
   }                                                                                             \
@@ -193,7 +194,7 @@ typedef struct roi_s {
             for (int64_t iy = 0; iy < G.gh; ++iy) {                                             \
               T yy = S##_y(&G, ph, iy);                                                         \
               for (int64_t ix = 0; ix < G.gw; ++ix) {                                           \
-                int64_t p[4];                                                                   \
+                int32_t p[4];                                                                   \
                 T w[4];                                                                         \
                 if (!S##_taps(R, yy, S##_x(&G, pw, ix), p, w)) continue;                        \
                 for (int q = 0; q < 4; ++q) plane[p[q]] = (T)(plane[p[q]] + (T)((T)(gb * w[q]) / cnt)); \
