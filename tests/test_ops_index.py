@@ -24,7 +24,7 @@ NATIVE = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", 
           "index_copy", "index", "_index_put_impl", "masked_select", "masked_scatter", "nonzero",
           "cat", "flip", "roll", "repeat", "constant_pad_nd", "tril", "triu", "sort", "topk",
           "arange", "eye", "linspace", "logspace", "searchsorted", "bucketize", "isin",
-          "repeat_interleave"}
+          "repeat_interleave", "unfold_backward"}
 
 
 def _ours(key):
@@ -363,6 +363,39 @@ def test_shape_backward():
     (gc,) = torch.autograd.grad(f(x), x, g)
     (gt,) = torch.autograd.grad(f(xt), xt, tpu(g))
     same(gt, gc)
+
+
+# ---- unfold_backward ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size,step", [(3, 1), (3, 2), (2, 2), (2, 3), (4, 4), (1, 1), (0, 2)])
+def test_unfold_backward(dtype, size, step):
+    # overlapping windows (step < size) sum; disjoint or gapped ones copy; ATen's op directly
+    # (all dtypes, a strided grad) and through autograd of Tensor.unfold
+    shape, dim = (3, 9, 4), 1
+    nw = (shape[dim] - size) // step + 1
+    g = make((3, nw, 4, size), dtype, seed=1)
+    gt = tpu(g).transpose(0, 2).contiguous().transpose(0, 2)
+    want = torch.ops.aten.unfold_backward(g, list(shape), dim, size, step)
+    got = torch.ops.aten.unfold_backward(gt, list(shape), dim, size, step)
+    same(got, want)
+    if dtype.is_floating_point:
+        x = make((5, 11), dtype, seed=2).requires_grad_()
+        xt = tpu(x.detach()).requires_grad_()
+        out = x.unfold(-1, size, step)
+        gout = make(tuple(out.shape), dtype, seed=3)
+        (gx,) = torch.autograd.grad(out, x, gout)
+        (gxt,) = torch.autograd.grad(xt.unfold(-1, size, step), xt, tpu(gout))
+        same(gxt, gx)
+
+
+def test_unfold_backward_errors():
+    g = torch.zeros(2, 3, 2)
+    same_error(lambda: torch.ops.aten.unfold_backward(g, [2, 4], 1, 2, 0),
+               lambda: torch.ops.aten.unfold_backward(tpu(g), [2, 4], 1, 2, 0))
+    same_error(lambda: torch.ops.aten.unfold_backward(g, [2, 4], 2, 2, 1),
+               lambda: torch.ops.aten.unfold_backward(tpu(g), [2, 4], 2, 2, 1))
 
 
 # ---- sort / topk --------------------------------------------------------------------------

@@ -726,6 +726,52 @@ static tpu_status_t build_tri(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- unfold_backward ---------------------------------------------------------------- */
+
+/* unfold_backward(grad_in, input_sizes, dim, size, step): the gradient of
+ * input.unfold(dim, size, step). grad_in has input's shape with dim replaced by the window
+ * count, plus a last dim of `size`. ia[0] dim, ia[1] size, ia[2] step. */
+static tpu_status_t build_unfold_backward(tpu_build_t* b) {
+  const tpu_view_t* g;
+  const int64_t* in_sizes;
+  int nd, dim;
+  int64_t dim64, size, step;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &g));
+  TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &in_sizes, &nd));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &dim64));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &size));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 4, &step));
+  if (nd == 0) return tpu__err(b, TPU_UNIMPLEMENTED, "unfold_backward of a 0-dim input");
+  if (nd + 1 > TPU_MAX_DIMS) return tpu__err(b, TPU_INVALID_ARGUMENT, "too many dimensions (%d)", nd);
+  TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dim64, nd, &dim));
+  if (step <= 0) return tpu__err(b, TPU_VALUE_ERROR, "step is %lld but must be > 0", (long long)step);
+  if (size < 0 || size > in_sizes[dim])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "maximum size for tensor at dimension %d is %lld but size is %lld", dim,
+                    (long long)in_sizes[dim], (long long)size);
+  int64_t want[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; ++d) {
+    if (in_sizes[d] < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "negative input size %lld", (long long)in_sizes[d]);
+    want[d] = in_sizes[d];
+  }
+  want[dim] = (in_sizes[dim] - size) / step + 1;
+  want[nd] = size;
+  bool same = g->ndim == nd + 1;
+  for (int d = 0; same && d <= nd; ++d) same = g->sizes[d] == want[d];
+  if (!same) {
+    char s1[256], s2[256];
+    tpu__fmt_shape(s1, sizeof s1, g->ndim, g->sizes);
+    tpu__fmt_shape(s2, sizeof s2, nd + 1, want);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_in of shape %s, expected %s", s1, s2);
+  }
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, g));
+  b->node->kind = TPU_KIND_UNFOLD_BACKWARD;
+  b->node->ia[0] = dim;
+  b->node->ia[1] = size;
+  b->node->ia[2] = step;
+  tpu__node_add_output(b->node, g->dtype, nd, in_sizes);
+  return NULL;
+}
+
 /* ---- sort / topk ------------------------------------------------------------------ */
 
 /* sort.stable(self, *, stable, dim=-1, descending=False). The kernel always sorts
@@ -1170,6 +1216,7 @@ const tpu_aten_entry_t tpu__aten_index[] = {
     {"nonzero", build_nonzero, NULL}, {"nonzero.out", build_nonzero, NULL},
     {"cat", build_cat, NULL, TPU_ATEN_COMPLEX}, {"cat.out", build_cat, NULL, TPU_ATEN_COMPLEX},
     {"flip", build_flip, NULL, TPU_ATEN_COMPLEX},
+    {"unfold_backward", build_unfold_backward, NULL},
     {"roll", build_roll, NULL, TPU_ATEN_COMPLEX},
     {"repeat", build_repeat, NULL, TPU_ATEN_COMPLEX},
     {"constant_pad_nd", build_pad, NULL, TPU_ATEN_COMPLEX},

@@ -691,6 +691,47 @@ done:
   return st;
 }
 
+/* unfold_backward as ATen's CPU kernel sums: each input position adds the windows that
+ * cover it in increasing window order, from zero, rounding to the tensor's dtype after
+ * every addition (integers wrap, bool becomes "any"). */
+static tpu_status_t unfold_backward_kernel(tpu_node_t* n) {
+  const tpu_operand_t* g = &n->in[0];
+  tpu_operand_t* out = &n->out[0];
+  int dim = (int)n->ia[0];
+  int64_t size = n->ia[1], step = n->ia[2];
+  int64_t outer = 1, inner = 1, len = out->sizes[dim], nw = g->sizes[dim];
+  for (int d = 0; d < dim; ++d) outer *= out->sizes[d];
+  for (int d = dim + 1; d < out->ndim; ++d) inner *= out->sizes[d];
+  int64_t total = tpu__operand_numel(out);
+  if (total == 0) return NULL;
+  tpu_dtype_t t = out->dtype, w = work_dtype(t);
+  bool flt = w == TPU_DTYPE_F64;
+  void* src = pack(g, w);
+  void* res = xalloc(total, 8);
+  tpu_status_t st = NULL;
+  if (!src || !res) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t p = 0; p < len; ++p) {
+      int64_t lo = p >= size ? (p - size) / step + 1 : 0, hi = p / step < nw - 1 ? p / step : nw - 1;
+      for (int64_t i = 0; i < inner; ++i) {
+        int64_t at = (o * len + p) * inner + i;
+        double af = 0;
+        int64_t ai = 0;
+        for (int64_t k = lo; k <= hi; ++k) {
+          int64_t from = ((o * nw + k) * inner + i) * size + (p - k * step);
+          if (flt) af = tpu__round_to_dtype(af + ((const double*)src)[from], t);
+          else ai = (int64_t)((uint64_t)ai + (uint64_t)((const int64_t*)src)[from]);
+        }
+        if (flt) ((double*)res)[at] = af;
+        else ((int64_t*)res)[at] = t == TPU_DTYPE_BOOL ? ai != 0 : ai;
+      }
+    }
+  tpu__unpack(out, res, w);
+done:
+  tpu__free(src); tpu__free(res);
+  return st;
+}
+
 /* Stores a scalar operand's value as one element of dtype t. */
 static void store_scalar(void* p, tpu_dtype_t t, const tpu_operand_t* s) {
   if (t == TPU_DTYPE_C64) { float v[2] = {(float)s->scalar_d, (float)s->scalar_im}; memcpy(p, v, 8); }
@@ -1119,6 +1160,7 @@ void tpu__host_register_index(tpu_host_kernel_fn* table) {
   table[TPU_KIND_FLIP] = flip_kernel;
   table[TPU_KIND_ROLL] = roll_kernel;
   table[TPU_KIND_REPEAT] = repeat_kernel;
+  table[TPU_KIND_UNFOLD_BACKWARD] = unfold_backward_kernel;
   table[TPU_KIND_PAD] = pad_kernel;
   table[TPU_KIND_TRIL] = tril_kernel;
   table[TPU_KIND_SORT] = sort_kernel;
