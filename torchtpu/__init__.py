@@ -62,5 +62,5 @@ def get_fallback() -> str:
 
 
 def native_ops() -> list[str]:
-    """ATen ops with a native libtpurt kernel."""
+    """ATen ops (and torchvision's, named "torchvision::nms") with a native libtpurt kernel."""
     return list(_C._native_ops())
