@@ -172,3 +172,19 @@ def test_roi_align_errors():
         out = torch.ops.torchvision.roi_align(tpu(x), tpu(torch.tensor([[3.0, 0, 0, 2, 2]])), 1.0, 2, 2, 2, False)
         out.cpu()
     torch.tpu.synchronize()
+
+
+def test_autocast_runs_in_float32_like_cpu():
+    # torchvision's CPU and CUDA autocast kernels run nms and roi_align in float32 (its
+    # CPU roi_align has no bfloat16 kernel at all); tpu does the same
+    x = torch.randn(2, 4, 9, 9, generator=torch.Generator().manual_seed(5))
+    rois = _rois(6, 2, 6, 9.0, 9.0, torch.float32)
+    boxes, scores = _boxes(40, 8), torch.rand(40, generator=torch.Generator().manual_seed(9))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = roi_align(x.bfloat16(), rois, (3, 3), 1.0, 2, True)
+        want_keep = nms(boxes.bfloat16(), scores.bfloat16(), 0.4)
+    with native(NMS, *ROI), torch.autocast("tpu", dtype=torch.bfloat16):
+        got = roi_align(tpu(x).bfloat16(), tpu(rois), (3, 3), 1.0, 2, True)
+        keep = nms(tpu(boxes).bfloat16(), tpu(scores).bfloat16(), 0.4)
+    close(got, want)
+    assert torch.equal(keep.cpu(), want_keep)

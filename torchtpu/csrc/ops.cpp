@@ -735,6 +735,36 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   KERNEL_PRIVATEUSEONE(rsqrt, fp32)
 }
 
+// torchvision's detection ops under autocast run in float32, as torchvision's own autocast
+// kernels do for CPU and CUDA (the op's result is cast back to the input's dtype).
+at::Tensor nms_autocast(const at::Tensor& dets, const at::Tensor& scores, double iou_threshold) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastPrivateUse1);
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torchvision::nms", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(at::autocast::cached_cast(at::kFloat, dets, kTpu),
+                 at::autocast::cached_cast(at::kFloat, scores, kTpu), iou_threshold);
+}
+
+at::Tensor roi_align_autocast(const at::Tensor& input, const at::Tensor& rois, double spatial_scale,
+                              c10::SymInt pooled_height, c10::SymInt pooled_width, int64_t sampling_ratio,
+                              bool aligned) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastPrivateUse1);
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("torchvision::roi_align", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double, c10::SymInt, c10::SymInt,
+                                         int64_t, bool)>();
+  return op.call(at::autocast::cached_cast(at::kFloat, input, kTpu),
+                 at::autocast::cached_cast(at::kFloat, rois, kTpu), spatial_scale, std::move(pooled_height),
+                 std::move(pooled_width), sampling_ratio, aligned)
+      .to(input.scalar_type());
+}
+
+TORCH_LIBRARY_IMPL(torchvision, AutocastPrivateUse1, m) {
+  m.impl("nms", TORCH_FN(nms_autocast));
+  m.impl("roi_align", TORCH_FN(roi_align_autocast));
+}
+
 }  // namespace torchtpu
 
 namespace at::native {
