@@ -20,10 +20,7 @@ pytest.importorskip("timm")
 from torchtpu import validate  # noqa: E402
 from torchtpu._validate import runner  # noqa: E402
 
-XFAIL = {
-    "tv/detection/fasterrcnn_mobilenet_v3_large_320_fpn":
-        "torchvision::nms and torchvision::roi_align run on the CPU fallback",
-}
+XFAIL = {}
 
 _IDS, _TRAIN = validate.ci_sample()
 
