@@ -12,6 +12,7 @@ import contextlib
 import copy
 import inspect
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -124,6 +125,52 @@ _TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "mo
 _VOCAB = 1000
 
 
+# fields that may be tied to a model width (an adapter's input dim, a projector's channels)
+_TIE_NAME = re.compile(r"(_dim|_dims|hidden_size|_channels|_width|_input_size)$")
+_TIE_SKIP = ("head_dim", "vocab", "image", "patch", "position", "window", "length", "codebook_size", "rank",
+             "intermediate", "ffn", "num_", "kernel", "stride", "mel", "sampling", "frame")
+
+
+def _tie_widths(orig, new):
+    """Repairs for a shrunk config that the model rejects (a copy of `new`; `orig` is the
+    config before shrinking). Only tried when the shrunk config is rejected or its model
+    cannot be built: the width match is by value, so it may also change untied fields.
+    - a field holding the original width of a shrunk hidden size, in this or any other
+      sub-config (an adapter's `adapter_in_dim`, a talker's `thinker_hidden_size`), takes the
+      shrunk width where the generic rules left it unchanged;
+    - vision feature layers out of the kept layers' range index them (the deepest stays
+      the deepest)."""
+    widths = {}
+
+    def pairs(a, b):
+        for k, v in a.items():
+            if k in b:
+                if isinstance(v, dict) and isinstance(b[k], dict):
+                    yield from pairs(v, b[k])
+                else:
+                    yield a, b, k
+    new = copy.deepcopy(new)
+    for a, b, k in pairs(orig, new):
+        v = a[k]
+        if k in _HIDDEN and isinstance(v, int) and not isinstance(v, bool) and b[k] != v:
+            widths.setdefault(v, b[k])
+    for a, b, k in pairs(orig, new):
+        v = a[k]
+        if isinstance(v, int) and not isinstance(v, bool) and v > 64 and v in widths and b[k] == v \
+                and isinstance(k, str) and _TIE_NAME.search(k) and not any(x in k for x in _TIE_SKIP):
+            b[k] = widths[v]
+    for a, b, k in pairs(orig, new):
+        # vision feature layers index the kept layers: the deepest stays the deepest
+        v = a[k]
+        if isinstance(k, str) and "feature_layer" in k and b[k] == v:
+            vs = v if isinstance(v, list) else [v]
+            if vs and all(isinstance(x, int) and not isinstance(x, bool) for x in vs) and max(vs) >= 2:
+                order = sorted(set(vs), reverse=True)
+                vs = [max(0, 1 - order.index(x)) if x >= 0 else max(x, -2) for x in vs]
+                b[k] = vs if isinstance(v, list) else vs[0]
+    return new
+
+
 def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
     """Shrinks one config dict in place (recursing into sub-configs). keep_images: leave
     image sizes, patch sizes and positions as they are (for models whose windows or
@@ -153,9 +200,10 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = 64
             elif k in _HEADS and v > 4:
                 d[k] = 4
-            elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") and v > 2:
+            elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num",
+                       "num_key_value_attention_heads") and v > 2:
                 # as many key/value heads as query heads stays so (MLA, MHA); grouped gets 2
-                d[k] = 4 if v == max((orig.get(h) or 0) for h in _HEADS if isinstance(orig.get(h), int)) else 2
+                d[k] = 4 if v == max(((orig.get(h) or 0) for h in _HEADS if isinstance(orig.get(h), int)), default=0) else 2
             elif (k == "head_dim" or k.endswith("_head_dim") or k == "kv_channels" or k == "attention_head_size" or k == "dim_head") and v > 16:
                 d[k] = 16
             elif k in ("rotary_dim", "rotary_emb_dim") and v > 8:
@@ -194,6 +242,13 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = [min(x, 2) for x in v]
             elif k in ("image_size", "img_size") and max(v) > IMG and not keep_images:
                 d[k] = [IMG] * len(v)
+    nh0, nh1 = orig.get("num_attention_heads"), d.get("num_attention_heads")
+    if isinstance(nh0, int) and isinstance(nh1, int) and not layers_only and 0 < nh1 < nh0:
+        # per-layer head counts (key/value heads per layer) shrink with the heads
+        for k, v in list(d.items()):
+            if "heads" in k and k not in ("num_heads", "num_attention_heads", "heads", "encoder_attention_heads") \
+                    and isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                d[k] = [max(1, x * nh1 // nh0) for x in v]
     if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int):
         # MLA: head dims that were nope + rope stay so
         was = orig["qk_nope_head_dim"] + orig["qk_rope_head_dim"]
@@ -236,6 +291,13 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         if isinstance(plc, dict):  # {layer index: overrides}
             d["per_layer_config"] = {new: _shrink_dict(dict(plc[o]), keep_images, layers_only, cover_types)
                                      for new, i in enumerate(keep) for o in plc if int(o) == i}
+            for o in d["per_layer_config"].values():
+                # MLA layers whose own nope dim plus the shared rope dim was the head dim
+                was = {plc[k].get("qk_nope_head_dim") for k in plc}
+                if isinstance(o.get("qk_nope_head_dim"), int) and isinstance(d.get("head_dim"), int) \
+                        and isinstance(orig.get("qk_rope_head_dim"), int) \
+                        and any(isinstance(n, int) and n + orig["qk_rope_head_dim"] == orig.get("head_dim") for n in was):
+                    d["head_dim"] = o["qk_nope_head_dim"] + d["qk_rope_head_dim"]
     if not layers_only:
         # Mamba heads: hidden_size * expand == heads * head_dim
         for nh, hd, ex in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
@@ -324,6 +386,59 @@ def _mrope(d, modeling_src):
     rp["mrope_section"] = [half - 2 * third, third, third]
 
 
+def _intraclass_block(long=7, mid=5, short=3):
+    """PP-OCR detection necks: (kernel, stride, padding) of each intra-class block conv, the
+    7/5/3 vertical, horizontal and square kernels the block's docstring describes, each
+    keeping the feature map's size."""
+    cfg = {"reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0]}
+    for name, k in (("longratio", long), ("midratio", mid), ("shortratio", short)):
+        p = (k - 1) // 2
+        cfg[f"vertical_long_to_small_conv_{name}"] = [[k, 1], 1, [p, 0]]
+        cfg[f"horizontal_small_to_long_conv_{name}"] = [[1, k], 1, [0, p]]
+        cfg[f"symmetric_conv_long_{name}"] = [k, 1, p]
+    return cfg
+
+
+# Config fields a model needs but whose library default is None or a placeholder (the
+# published checkpoints set them): set in the default config before shrinking. Values are
+# small and self-consistent; a nested dict sets fields of a sub-config.
+_HF_CONFIG_SET = {
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"], "num_hidden_layers": 2}},
+    "sapiens2": {"head_config": {"upsample_out_channels": [32, 32], "conv_out_channels": [32],
+                                 "scale_conv_out_channels": [32], "scale_final_hidden_sizes": [32, 32]}},
+    "pp_ocrv6_medium_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
+                            "scale_factor_list": [1, 2, 4, 8]},
+    "pp_ocrv5_server_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
+                            "scale_factor_list": [1, 2, 4, 8]},  # stride 4, 8, 16, 32 features to stride 4
+    "perception_lm": {"vision_config": {"architecture": "vit_pe_core_tiny_patch16_384",
+                                        "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
+                                                       "img_size": IMG}}},
+    "timm_backbone": {"backbone": "resnet18"},
+}
+
+# Fields set after shrinking, where the generic rules cannot know a model's layout.
+_HF_SHRUNK_SET = {
+    # Dory serializes each decoder layer as an attention block and an mlp block (counts
+    # doubled): one input, one recurrent and one output layer
+    "dory": {"num_hidden_layers": 6, "n_input_layers": 2, "n_recurrent_layers": 2, "n_output_layers": 2,
+             "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"]},
+    # text tokens, then the image codebook's, then the audio codebook's (512 each after shrinking)
+    "apertus1p5": {"image_token_offset": 200, "audio_token_offset": 712, "text_config": {"vocab_size": 1280}},
+}
+
+
+def _set_fields(d, fields):
+    """Sets each field of `fields` in the config dict d; a dict value for a sub-config that
+    d has as a dict sets fields inside it."""
+    for k, v in fields.items():
+        if isinstance(v, dict) and isinstance(d.get(k), dict):
+            _set_fields(d[k], v)
+        else:
+            d[k] = copy.deepcopy(v)
+    return d
+
+
 class SameAsBefore(Excluded):
     """This build variant would build the same model as the one before it."""
 
@@ -335,7 +450,7 @@ def _hf_build(model_type, cls_name, variant=0):
     if not cover:
         from transformers import AutoConfig
         try:
-            d = AutoConfig.for_model(model_type).to_dict()
+            d = _set_fields(AutoConfig.for_model(model_type).to_dict(), _HF_CONFIG_SET.get(model_type, {}))
         except Exception:
             d = {}
         kw = dict(keep_images=shrink >= 1, layers_only=shrink == 2)
@@ -354,7 +469,9 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
         cfg0 = AutoConfig.for_model(model_type)
     except Exception as e:
         raise Excluded(f"config for {model_type}: {type(e).__name__}: {e}")
-    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
+    full = _set_fields(cfg0.to_dict(), _HF_CONFIG_SET.get(model_type, {}))
+    d = _shrink_dict(copy.deepcopy(full), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
+    _set_fields(d, _HF_SHRUNK_SET.get(model_type, {}))
     if variant < 2:
         try:
             import sys
@@ -363,6 +480,22 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
             pass
     for k in ("transformers_version", "architectures", "_name_or_path"):
         d.pop(k, None)
+    try:
+        model, cfg = _hf_construct(cls, cfg0, d)
+    except Excluded as e:
+        tied = _tie_widths(full, d) if variant < 2 else d
+        if tied == d:
+            raise
+        try:
+            model, cfg = _hf_construct(cls, cfg0, tied)
+        except Excluded:
+            raise e from None
+    model.eval()
+    return Built(model, _hf_candidates(model, cfg, cls_name))
+
+
+def _hf_construct(cls, cfg0, d):
+    """(model, config) of class cls from the shrunk config dict d, or Excluded."""
     try:
         cfg = type(cfg0).from_dict(d)
     except Exception as e:
@@ -389,8 +522,7 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
             model = cls._from_config(cfg)
         except Exception as e:
             raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
-    model.eval()
-    return Built(model, _hf_candidates(model, cfg, cls_name))
+    return model, cfg
 
 
 def _check_size(make):
@@ -514,6 +646,8 @@ def _hf_candidates(model, cfg, cls_name):
         cands.append(("kw", (), add_decoder(x)))
         if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in sig:
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
+        # keypoint matchers take image pairs: (batch, 2, channels, height, width)
+        cands.append(("kw", (), {"pixel_values": torch.randn(BATCH, 2, ch, h, w, generator=g)}))
     elif main == "input_values":
         mel = _get([aud, cfg], "num_mel_bins", default=None)
         if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
