@@ -133,8 +133,8 @@ _TIE_SKIP = ("head_dim", "vocab", "image", "patch", "position", "window", "lengt
 
 def _tie_widths(orig, new):
     """Repairs for a shrunk config that the model rejects (a copy of `new`; `orig` is the
-    config before shrinking). Only tried when the shrunk config is rejected or its model
-    cannot be built: the width match is by value, so it may also change untied fields.
+    config before shrinking). Only tried (build variants 6, 7) when the plain shrunk
+    configs fail: the width match is by value, so it may also change untied fields.
     - a field holding the original width of a shrunk hidden size, in this or any other
       sub-config (an adapter's `adapter_in_dim`, a talker's `thinker_hidden_size`), takes the
       shrunk width where the generic rules left it unchanged;
@@ -263,8 +263,18 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         if isinstance(rp, dict) and isinstance(rp.get("mrope_section"), list) and len(rp["mrope_section"]) == 3:
             rp["mrope_section"] = [2, 3, 3]  # sums to head_dim / 2 = 8
     if old_layers and "stage_names" in d:  # backbones: stages follow the new layer count
-        for k in ("stage_names", "out_features", "out_indices"):
-            d.pop(k, None)
+        oi = orig.get("out_indices")
+        n = len(oi) if isinstance(oi, (list, tuple)) else 0
+        lk = next((k for k in ("num_hidden_layers", "num_layers", "depth") if k in old_layers), None)
+        if n > 1 and lk and orig.get("stage_names") == ["stem"] + [f"stage{i}" for i in range(1, old_layers[lk] + 1)]:
+            # a neck that takes several layers' outputs (DPT): as many layers, each an output
+            d[lk] = max(d[lk], n)
+            d["stage_names"] = ["stem"] + [f"stage{i}" for i in range(1, d[lk] + 1)]
+            d["out_indices"] = list(range(d[lk] - n + 1, d[lk] + 1))
+            d["out_features"] = [f"stage{i}" for i in d["out_indices"]]
+        else:
+            for k in ("stage_names", "out_features", "out_indices"):
+                d.pop(k, None)
     # vocab sizes and the token ids that must stay inside them
     for k, v in list(d.items()):
         if isinstance(v, int) and not isinstance(v, bool) and ("vocab_size" in k or k.endswith("group_vocab")) and v > _VOCAB:
@@ -444,22 +454,31 @@ class SameAsBefore(Excluded):
 
 
 def _hf_build(model_type, cls_name, variant=0):
-    """Even variants keep one layer of each layer type; odd ones the first two layers (for
-    a layer type whose defaults are incomplete), only where that differs."""
-    shrink, cover = variant // 2, variant % 2 == 0
-    if not cover:
+    """Variants 0-5: even ones keep one layer of each layer type, odd ones the first two
+    layers (for a layer type whose defaults are incomplete), only where that differs.
+    Variants 6, 7: variants 0 and 2 with the repairs of _tie_widths, only where they
+    change the config."""
+    if variant >= 6:
+        shrink, cover, repair = (variant - 6) * 1, True, True
+    else:
+        shrink, cover, repair = variant // 2, variant % 2 == 0, False
+    if not cover or repair:
         from transformers import AutoConfig
         try:
             d = _set_fields(AutoConfig.for_model(model_type).to_dict(), _HF_CONFIG_SET.get(model_type, {}))
         except Exception:
             d = {}
         kw = dict(keep_images=shrink >= 1, layers_only=shrink == 2)
-        if _shrink_dict(copy.deepcopy(d), cover_types=True, **kw) == _shrink_dict(copy.deepcopy(d), cover_types=False, **kw):
+        if repair:
+            s = _shrink_dict(copy.deepcopy(d), **kw)
+            if _tie_widths(d, s) == s:
+                raise SameAsBefore("no repair applies")
+        elif _shrink_dict(copy.deepcopy(d), cover_types=True, **kw) == _shrink_dict(copy.deepcopy(d), cover_types=False, **kw):
             raise SameAsBefore("same as the previous variant")
-    return _hf_build_once(model_type, cls_name, shrink, cover)
+    return _hf_build_once(model_type, cls_name, shrink, cover, repair)
 
 
-def _hf_build_once(model_type, cls_name, variant, cover_types):
+def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     import transformers
     from transformers import AutoConfig
     cls = getattr(transformers, cls_name, None)
@@ -480,16 +499,9 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
             pass
     for k in ("transformers_version", "architectures", "_name_or_path"):
         d.pop(k, None)
-    try:
-        model, cfg = _hf_construct(cls, cfg0, d)
-    except Excluded as e:
-        tied = _tie_widths(full, d) if variant < 2 else d
-        if tied == d:
-            raise
-        try:
-            model, cfg = _hf_construct(cls, cfg0, tied)
-        except Excluded:
-            raise e from None
+    if repair:
+        d = _tie_widths(full, d)
+    model, cfg = _hf_construct(cls, cfg0, d)
     model.eval()
     return Built(model, _hf_candidates(model, cfg, cls_name))
 
@@ -964,7 +976,8 @@ def variants(model_id):
     # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts,
     # each with every layer type kept, then with the first two layers
     # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined
-    return {"hf": 6, "timm": 2}.get(model_id.split("/", 1)[0], 1)
+    # then 0 and 2 with repairs for configs the model rejects (see _hf_build)
+    return {"hf": 8, "timm": 2}.get(model_id.split("/", 1)[0], 1)
 
 
 def build(model_id, variant=0):
