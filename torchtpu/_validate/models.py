@@ -236,6 +236,8 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = [min(x, 16 * 2 ** min(i, 2)) for i, x in enumerate(v)]
                 if k == "conv_dim":
                     d[k] = [min(x, 32) for x in v]
+            elif k in _FFN and max(v) > 64:  # per-layer FFN widths (Gemma 3n)
+                d[k] = [min(x, 64) for x in v]
             elif k in ("depths", "num_layers", "layers", "encoder_layers", "block_repeats") and max(v) > 1:
                 d[k] = [1] * len(v)
             elif k in ("num_heads", "num_attention_heads", "heads", "encoder_attention_heads") and max(v) > 2:
@@ -287,6 +289,12 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         elif k.endswith("token_id") and isinstance(v, list):
             d[k] = [big.setdefault(x, _VOCAB - 1 - len(big)) if isinstance(x, int) and x >= _VOCAB - 10 else x
                     for x in v]
+    for k, v in list(d.items()):
+        # layers that reuse an earlier layer's key/value cache (Gemma 3n's last 15 of 35):
+        # none of the kept ones, or no layer would produce the cache they read
+        if k.endswith("shared_layers") and isinstance(v, int) and not isinstance(v, bool) and v > 0 \
+                and old_layers and v >= min(old_layers.values()) // 4:
+            d[k] = 0
     # per-layer lists sized by the old layer count: the kept layers cover every layer type
     for old in set(old_layers.values()):
         keep = _layers_to_keep(d, old) if cover_types else [0, 1]
@@ -425,6 +433,9 @@ _HF_CONFIG_SET = {
                                         "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
                                                        "img_size": IMG}}},
     "timm_backbone": {"backbone": "resnet18"},
+    # per-layer-type rope (the default leaves it empty: a NoPE-capable layout)
+    "cohere_compass": {"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}}},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
 }
 
 # Fields set after shrinking, where the generic rules cannot know a model's layout.
@@ -516,10 +527,21 @@ def _hf_construct(cls, cfg0, d):
         cfg.use_cache = False
     except Exception:
         pass
-    _check_size(lambda: cls._from_config(cfg))
+    ctx = contextlib.nullcontext()
+    try:
+        _check_size(lambda: cls._from_config(cfg))
+    except Excluded:
+        if not _builds_timm(d):
+            raise
+        # a timm tower (Gemma 3n's MobileNetV5) over the limit: fewer blocks per stage, as
+        # for timm's own models (widths kept: the projector after it takes them)
+        ctx = _timm_shrinking(widths=0)
+        with ctx:
+            _check_size(lambda: cls._from_config(cfg))
     torch.manual_seed(0)
     try:
-        model = cls._from_config(cfg)
+        with ctx:
+            model = cls._from_config(cfg)
     except Exception as e:
         # a text or decoder class listed under a composite model type takes its sub-config
         sub = cls.config_class is not type(cfg) and next(
@@ -535,6 +557,12 @@ def _hf_construct(cls, cfg0, d):
         except Exception as e:
             raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
     return model, cfg
+
+
+def _builds_timm(d):
+    """Whether a config (dict) names a timm architecture for a tower."""
+    return any(isinstance(v, dict) and _builds_timm(v) for v in d.values()) or \
+        isinstance(d.get("architecture"), str)
 
 
 def _check_size(make):
@@ -716,6 +744,19 @@ def _hf_candidates(model, cfg, cls_name):
         for _, _, x in cands:
             if "pixel_values" in x:
                 x["noise"] = noise
+
+    ncb = _get([text, cfg], "num_codebooks")
+    if isinstance(ncb, int) and ncb > 1:
+        # audio-token decoders (MusicGen) take one id row per codebook: (batch * codebooks, seq)
+        doc = inspect.getdoc(model.forward) or ""
+        flat = re.findall(r"(\w+) \(`torch.LongTensor` of shape `\(batch_size \* num_codebooks", doc)
+        for _, _, x in cands:
+            for n in flat:
+                if isinstance(x.get(n), torch.Tensor) and x[n].dim() == 2:
+                    x[n] = ids((x[n].shape[0] * ncb, x[n].shape[1]))
+                    m = n.replace("input_ids", "attention_mask")
+                    if m != n and isinstance(x.get(m), torch.Tensor) and m.startswith("decoder"):
+                        x[m] = torch.ones_like(x[n])
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
