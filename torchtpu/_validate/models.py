@@ -723,9 +723,11 @@ def _hf_candidates(model, cfg, cls_name):
         c = cfg.num_input_channels
         cands.insert(0, ("kw", (), {"past_values": torch.randn(BATCH, n, c, generator=g)}))
 
-    if "grid_thw" in required and ("hidden_states" in required or "pixel_values" in required):
+    gname = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
+    if gname and ("hidden_states" in required or "pixel_values" in required):
         # Qwen-VL style vision towers: flattened patches of BATCH images, each a grid of
-        # (1, 2*merge, 2*merge) patches
+        # (1, 2*merge, 2*merge) patches; a patch is (channels * temporal patch * p * p)
+        # values, or a (channels, p, p) image where the tower embeds with a conv
         p = _get([vis], "patch_size", default=14)
         p = p[0] if isinstance(p, (list, tuple)) else p
         tp = _get([vis], "temporal_patch_size", default=1)
@@ -735,7 +737,15 @@ def _hf_candidates(model, cfg, cls_name):
         grid = torch.tensor([[1, 2 * m, 2 * m]] * BATCH)
         n = int(grid.prod(-1).sum())
         first = "hidden_states" if "hidden_states" in required else "pixel_values"
-        cands.insert(0, ("kw", (), {first: torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
+        patches = [torch.randn(n, c * tp * p * p, generator=g)]
+        if tp == 1:  # a temporal patch size the config does not name
+            patches.append(torch.randn(n, c * 2 * p * p, generator=g))
+        patches.append(torch.randn(n, c, p, p, generator=g))
+        for x in reversed(patches):
+            kw = {first: x, gname: grid}
+            if "merge_sizes" in required:
+                kw["merge_sizes"] = torch.tensor([m] * BATCH)
+            cands.insert(0, ("kw", (), kw))
 
     if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
         # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
@@ -869,13 +879,21 @@ class _timm_shrinking:
             m.build_model_with_cfg = self.orig
 
 
-def _timm_build(name, variant=0):
+def _timm_build(name, variant=0, img=IMG):
     import timm
+    if variant == 2:
+        # variant 0 built for images of a multiple of the patch size (patch 14: 56x56)
+        pe = next((m for n, m in _timm_build(name, 0).model.named_modules() if n.endswith("patch_embed")), None)
+        p = getattr(pe, "patch_size", None)
+        p = p[0] if isinstance(p, (tuple, list)) else p
+        if not (isinstance(p, int) and p > 1 and IMG % p):
+            raise SameAsBefore("the patch size divides the image size")
+        return _timm_build(name, 0, img=p * max(1, round(IMG / p)))
     # (kwargs, shrink): the plain model first; when it is over MAX_PARAMS, fewer blocks per
     # stage ("blocks"), then also narrower stages ("blocks+widths")
-    tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=IMG), None),
-             ({}, None), (dict(img_size=IMG), "blocks"), ({}, "blocks"),
-             (dict(img_size=IMG), 4), ({}, 4), (dict(img_size=IMG), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
+    tries = [(dict(img_size=img, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=img), None),
+             ({}, None), (dict(img_size=img), "blocks"), ({}, "blocks"),
+             (dict(img_size=img), 4), ({}, 4), (dict(img_size=img), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
     if variant:
         tries = [t for t in tries if not t[0]]
     last = None
@@ -903,7 +921,7 @@ def _timm_build(name, variant=0):
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     c, h, w = cfg.get("input_size", (3, 224, 224))
     if "img_size" in kw:
-        sizes = [(IMG, IMG)]
+        sizes = [(img, img)]
     else:
         sizes = [(IMG, IMG), (96, 96), (128, 128), (h, w)]
         if cfg.get("fixed_input_size"):
@@ -1005,7 +1023,9 @@ def _tv_build(kind, name):
         cands = [("args", ([torch.rand(3, IMG, IMG, generator=g) for _ in range(BATCH)],), {})]
     elif kind == "video":
         cands = [("args", (torch.randn(1, 3, 4, 32, 32, generator=g),), {}),
-                 ("args", (torch.randn(1, 3, 16, 64, 64, generator=g),), {})]
+                 ("args", (torch.randn(1, 3, 16, 64, 64, generator=g),), {}),
+                 # the clip size the weights were made for (MViT's position tables, S3D's pool)
+                 ("args", (torch.randn(1, 3, 16, 224, 224, generator=g),), {})]
     else:
         im = [torch.randn(1, 3, 128, 128, generator=g) for _ in range(2)]
         cands = [("kw", (im[0], im[1]), {"num_flow_updates": 2})]
@@ -1016,9 +1036,10 @@ def variants(model_id):
     """How many build variants to try (the next one when the CPU reference fails)."""
     # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts,
     # each with every layer type kept, then with the first two layers
-    # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined
     # then 0 and 2 with repairs for configs the model rejects (see _hf_build)
-    return {"hf": 8, "timm": 2}.get(model_id.split("/", 1)[0], 1)
+    # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined,
+    # 2 as 0 for a multiple of the patch size
+    return {"hf": 8, "timm": 3}.get(model_id.split("/", 1)[0], 1)
 
 
 def build(model_id, variant=0):
