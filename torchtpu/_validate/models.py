@@ -433,6 +433,14 @@ _HF_CONFIG_SET = {
                                         "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
                                                        "img_size": IMG}}},
     "timm_backbone": {"backbone": "resnet18"},
+    # attributes the modeling code reads from a (sub-)config that does not define them
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
+    "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
+    "moonshine_streaming": {"num_key_value_heads": 8},
+    # forecasters whose windows have no default
+    "autoformer": {"prediction_length": 8, "context_length": 16},
+    "informer": {"prediction_length": 8, "context_length": 16},
+    "time_series_transformer": {"prediction_length": 8, "context_length": 16},
     # per-layer-type rope (the default leaves it empty: a NoPE-capable layout)
     "cohere_compass": {"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}}},
     "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
@@ -545,7 +553,8 @@ def _hf_construct(cls, cfg0, d):
     except Exception as e:
         # a text or decoder class listed under a composite model type takes its sub-config
         sub = cls.config_class is not type(cfg) and next(
-            (s for s in (getattr(cfg, n, None) for n in ("text_config", "decoder", "decoder_config", "language_config"))
+            (s for s in (getattr(cfg, n, None) for n in ("text_config", "decoder", "decoder_config", "language_config",
+                                                         "vision_config", "audio_config", "encoder", "encoder_config"))
              if isinstance(s, cls.config_class or ())), None)
         if not sub:
             raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
@@ -722,6 +731,28 @@ def _hf_candidates(model, cfg, cls_name):
         n = _get([cfg], "context_length", default=32)
         c = cfg.num_input_channels
         cands.insert(0, ("kw", (), {"past_values": torch.randn(BATCH, n, c, generator=g)}))
+
+    if "past_time_features" in required and isinstance(getattr(cfg, "prediction_length", None), int):
+        # probabilistic forecasters (Time Series Transformer, Informer, Autoformer): a context
+        # window plus the largest lag of past values, the prediction window of future ones
+        lags = getattr(cfg, "lags_sequence", None) or [1]
+        n, f = (getattr(cfg, "context_length", None) or cfg.prediction_length) + max(lags), cfg.prediction_length
+        tf = getattr(cfg, "num_time_features", 0) + getattr(cfg, "num_dynamic_real_features", 0)
+        c = getattr(cfg, "input_size", 1)
+        shape = (lambda t: (BATCH, t)) if c == 1 else (lambda t: (BATCH, t, c))
+        cands.insert(0, ("kw", (), {"past_values": torch.randn(*shape(n), generator=g),
+                                    "past_time_features": torch.randn(BATCH, n, tf, generator=g),
+                                    "past_observed_mask": torch.ones(*shape(n)),
+                                    "future_values": torch.randn(*shape(f), generator=g),
+                                    "future_time_features": torch.randn(BATCH, f, tf, generator=g)}))
+
+    if "past_values_padding" in required and isinstance(getattr(cfg, "patch_length", None), int):
+        # TimesFM: a series of whole patches, nothing padded, one frequency class per series
+        n = 4 * cfg.patch_length
+        x = {"past_values": torch.randn(BATCH, n, generator=g), "past_values_padding": torch.zeros(BATCH, n)}
+        if "freq" in required:
+            x["freq"] = torch.zeros(BATCH, 1, dtype=torch.long)
+        cands.insert(0, ("kw", (), x))
 
     gname = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
     if gname and ("hidden_states" in required or "pixel_values" in required):
