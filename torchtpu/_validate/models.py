@@ -277,6 +277,13 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         else:
             for k in ("stage_names", "out_features", "out_indices"):
                 d.pop(k, None)
+    elif old_layers and "num_hidden_layers" in old_layers and isinstance(orig.get("out_indices"), list) \
+            and len(orig["out_indices"]) > 1 and all(isinstance(x, int) for x in orig["out_indices"]) \
+            and max(orig["out_indices"]) >= d["num_hidden_layers"]:
+        # layer indices a segmentation head reads (BEiT-style, no stage names): the last layers
+        n = len(orig["out_indices"])
+        d["num_hidden_layers"] = max(d["num_hidden_layers"], n)
+        d["out_indices"] = list(range(d["num_hidden_layers"] - n + 1, d["num_hidden_layers"] + 1))
     # vocab sizes and the token ids that must stay inside them
     for k, v in list(d.items()):
         if isinstance(v, int) and not isinstance(v, bool) and ("vocab_size" in k or k.endswith("group_vocab")) and v > _VOCAB:
@@ -433,6 +440,8 @@ _HF_CONFIG_SET = {
                                         "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
                                                        "img_size": IMG}}},
     "timm_backbone": {"backbone": "resnet18"},
+    # the four layers the semantic segmentation head reads (the base-size default)
+    "beit": {"out_indices": [3, 5, 7, 11], "out_features": ["stage3", "stage5", "stage7", "stage11"]},
     # attributes the modeling code reads from a (sub-)config that does not define them
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
