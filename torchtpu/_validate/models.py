@@ -228,6 +228,8 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = 512 if v & (v - 1) == 0 else _VOCAB  # some require a power of 2
             elif k == "upsample_initial_channel" and v > 64:
                 d[k] = 64
+            elif k == "num_filters" and v > 8 and len(orig.get("downsampling_ratios") or ()) > 4:
+                d[k] = 4  # doubled at each of many downsampling stages (VibeVoice: 32 -> 2048)
         elif layers_only:
             continue
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
@@ -694,6 +696,9 @@ def _hf_candidates(model, cfg, cls_name):
         if "input_ids" not in sig and main in sig:  # e.g. Perceiver's `inputs`: ids, features or pixels
             width = _get([text, cfg], "d_model", "hidden_size", default=64)
             cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
+            if "video" in main:  # video towers: (batch, frames, channels, height, width)
+                cands += [("kw", (), {main: torch.randn(BATCH, 4, ch, s, s, generator=g)})
+                          for s in dict.fromkeys((h, 224, 336))]
     elif main == "pixel_values":
         x = {"pixel_values": pixels}
         frames = _get([vis, cfg], "num_frames", default=None)
@@ -807,6 +812,15 @@ def _hf_candidates(model, cfg, cls_name):
                     m = n.replace("input_ids", "attention_mask")
                     if m != n and isinstance(x.get(m), torch.Tensor) and m.startswith("decoder"):
                         x[m] = torch.ones_like(x[n])
+
+    if "hidden_states" in required and main != "hidden_states" and not any("hidden_states" in x for _, _, x in cands):
+        # towers whose forward takes `hidden_states` (codec encoders and decoders): the main
+        # input under that name, or latents (batch, width, frames) / (batch, frames, width)
+        width = _get([cfg], "hidden_size", "d_model", default=64)
+        cands = [(k, a, {("hidden_states" if n == main and main not in sig else n): v for n, v in x.items()})
+                 for k, a, x in cands]
+        cands += [("kw", (), {"hidden_states": torch.randn(BATCH, width, SEQ, generator=g)}),
+                  ("kw", (), {"hidden_states": torch.randn(BATCH, SEQ, width, generator=g)})]
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
