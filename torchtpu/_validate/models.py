@@ -228,6 +228,8 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = 512 if v & (v - 1) == 0 else _VOCAB  # some require a power of 2
             elif k == "upsample_initial_channel" and v > 64:
                 d[k] = 64
+            elif k == "base_channels" and v > 64 and isinstance(orig.get("channel_multiplier"), list):
+                d[k] = 32  # VQ-VAE widths: base times each stage's multiplier (Emu3: 256 -> 1024); GroupNorm(32)
             elif k == "num_filters" and v > 8 and len(orig.get("downsampling_ratios") or ()) > 4:
                 d[k] = 4  # doubled at each of many downsampling stages (VibeVoice: 32 -> 2048)
         elif layers_only:
@@ -448,6 +450,13 @@ _HF_CONFIG_SET = {
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
     "moonshine_streaming": {"num_key_value_heads": 8},
+    # MoE and decoder sizes the default config leaves None
+    "dots1": {"n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2},
+    "diffusion_gemma": {"text_config": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 64}},
+    "hiera": {"decoder_hidden_size": 64, "decoder_depth": 1, "decoder_num_heads": 2},
+    # the tokenizer's vocabulary map: just the image placeholder (the last id of the shrunk vocabulary)
+    "chameleon": {"vocabulary_map": {"<image>": _VOCAB - 1}},
+    "emu3": {"vocabulary_map": {"<image>": _VOCAB - 1}},
     # forecasters whose windows have no default
     "autoformer": {"prediction_length": 8, "context_length": 16},
     "informer": {"prediction_length": 8, "context_length": 16},
@@ -745,6 +754,18 @@ def _hf_candidates(model, cfg, cls_name):
         n = _get([cfg], "context_length", default=32)
         c = cfg.num_input_channels
         cands.insert(0, ("kw", (), {"past_values": torch.randn(BATCH, n, c, generator=g)}))
+
+    if "spatial_shapes" in sig and str(getattr(cfg, "model_type", "")).startswith("siglip2") \
+            and isinstance(_get([vis], "patch_size"), int):
+        # NaFlex towers (SigLIP 2): flattened patches of a (rows, cols) grid, none padded
+        p = _get([vis], "patch_size")
+        r, c = max(1, h // p), max(1, w // p)
+        x = {"pixel_values": torch.randn(BATCH, r * c, ch * p * p, generator=g),
+             "pixel_attention_mask": torch.ones(BATCH, r * c, dtype=torch.long),
+             "spatial_shapes": torch.tensor([[r, c]] * BATCH)}
+        if "input_ids" in sig:
+            x.update(text_inputs())
+        cands.insert(0, ("kw", (), x))
 
     if "past_time_features" in required and isinstance(getattr(cfg, "prediction_length", None), int):
         # probabilistic forecasters (Time Series Transformer, Informer, Autoformer): a context
