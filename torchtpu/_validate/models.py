@@ -476,6 +476,13 @@ _HF_SHRUNK_SET = {
     "apertus1p5": {"image_token_offset": 200, "audio_token_offset": 712, "text_config": {"vocab_size": 1280}},
 }
 
+# Fields one task-head class needs (set after shrinking, for that class only).
+_HF_CLASS_SET = {
+    "ReformerModelWithLMHead": {"is_decoder": True},   # its constructor requires a decoder
+    "T5GemmaEncoderModel": {"is_encoder_decoder": False},
+    "T5ForSequenceClassification": {"decoder_start_token_id": 0},  # decoder ids from input_ids
+}
+
 
 def _set_fields(d, fields):
     """Sets each field of `fields` in the config dict d; a dict value for a sub-config that
@@ -530,6 +537,7 @@ def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     full = _set_fields(cfg0.to_dict(), _HF_CONFIG_SET.get(model_type, {}))
     d = _shrink_dict(copy.deepcopy(full), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
     _set_fields(d, _HF_SHRUNK_SET.get(model_type, {}))
+    _set_fields(d, _HF_CLASS_SET.get(cls_name, {}))
     if variant < 2:
         try:
             import sys
@@ -691,6 +699,7 @@ def _hf_candidates(model, cfg, cls_name):
         feat = _get([aud, cfg], "feature_size", "feature_projection_input_dim", default=None)
         if isinstance(feat, int) and feat != mel:  # stacked frames (w2v-BERT, SeamlessM4T)
             cands.append(torch.randn(BATCH, 64, feat, generator=g))
+        cands.append(torch.randn(BATCH, mel, 200, generator=g))  # whole 100-frame windows (Qwen3-ASR)
         return cands
 
     cands = []
@@ -725,7 +734,7 @@ def _hf_candidates(model, cfg, cls_name):
         if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
             frames = _get([aud, cfg], "max_length", default=128)
             cands.append(("kw", (), {"input_values": torch.randn(BATCH, frames, mel, generator=g)}))
-        for n in (1600, 4000, 16000):
+        for n in (1600, 4000, 16000, 9600):  # 9600: whole 96-sample frames (MuseSpark)
             cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, n, generator=g)})))
         cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, 1, 4000, generator=g)})))
     elif main == "input_features":
@@ -744,10 +753,18 @@ def _hf_candidates(model, cfg, cls_name):
             cands.append(("kw", (), dict(base, visual_feats=torch.randn(BATCH, 8, cfg.visual_feat_dim, generator=g),
                                          visual_pos=torch.rand(BATCH, 8, 4, generator=g))))
         sep = _get([cfg], "sep_token_id", "eos_token_id")
-        if "QuestionAnswering" in cls_name and isinstance(sep, int) and 0 <= sep < vocab:
+        if ("QuestionAnswering" in cls_name or "MultipleChoice" in cls_name) and isinstance(sep, int) and 0 <= sep < vocab:
             qa = base["input_ids"].clone()  # question </s></s> context </s>
-            qa[:, [SEQ // 4, SEQ // 4 + 1, SEQ - 1]] = sep
+            qa[..., [SEQ // 4, SEQ // 4 + 1, SEQ - 1]] = sep
             cands.append(("kw", (), dict(base, input_ids=qa)))
+        q = _get([cfg], "question_token_id")
+        if isinstance(q, int) and 0 <= q < vocab:  # Splinter: a question token in every sample
+            qa = base["input_ids"].clone()
+            qa[..., SEQ // 4] = q
+            cands.append(("kw", (), dict(base, input_ids=qa)))
+        if "decoder_input_ids" in sig and "decoder_input_ids" not in base:  # BLIP VQA: a decoder without enc-dec config
+            cands.append(("kw", (), dict(base, pixel_values=pixels, decoder_input_ids=ids((BATCH, SEQ // 2)))
+                          if "pixel_values" in sig else dict(base, decoder_input_ids=ids((BATCH, SEQ // 2)))))
 
     if "past_values" in sig and isinstance(getattr(cfg, "num_input_channels", None), int):
         # multichannel time series (PatchTST, PatchTSMixer): (batch, context, channels)
