@@ -860,6 +860,17 @@ def _hf_candidates(model, cfg, cls_name):
         cands += [("kw", (), {"hidden_states": torch.randn(BATCH, width, SEQ, generator=g)}),
                   ("kw", (), {"hidden_states": torch.randn(BATCH, SEQ, width, generator=g)})]
 
+    if "noise" in sig and isinstance(_get([cfg], "masked_unit_size"), (list, tuple)) \
+            and isinstance(_get([cfg], "patch_stride"), (list, tuple)):
+        # Hiera's pre-training masks whole mask units, shuffled by this noise
+        n = 1
+        for size, st, mu in zip((h, w), cfg.patch_stride, cfg.masked_unit_size):
+            n *= max(1, size // st // mu)
+        noise = torch.rand(BATCH, n, generator=g)
+        for _, _, x in cands:
+            if "pixel_values" in x:
+                x["noise"] = noise
+
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
         return torch.cat([a, a + b], -1)
