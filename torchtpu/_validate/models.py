@@ -700,6 +700,9 @@ def _hf_candidates(model, cfg, cls_name):
         if isinstance(feat, int) and feat != mel:  # stacked frames (w2v-BERT, SeamlessM4T)
             cands.append(torch.randn(BATCH, 64, feat, generator=g))
         cands.append(torch.randn(BATCH, mel, 200, generator=g))  # whole 100-frame windows (Qwen3-ASR)
+        if mel != 128:  # 128 mel bins where the config does not say (Gemma 4 audio's subsampler)
+            cands.append(torch.randn(BATCH, 64, 128, generator=g))
+        cands.append(torch.randn(BATCH, 64, 4 * mel, generator=g))  # 4 stacked frames (Granite Speech)
         return cands
 
     cands = []
