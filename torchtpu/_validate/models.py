@@ -787,6 +787,16 @@ def _hf_candidates(model, cfg, cls_name):
             x.update(text_inputs())
         cands.insert(0, ("kw", (), x))
 
+    if "returns_to_go" in sig and isinstance(getattr(cfg, "state_dim", None), int):
+        # Decision Transformer: a trajectory of states, actions, rewards and returns
+        t = SEQ // 2
+        cands.insert(0, ("kw", (), {"states": torch.randn(BATCH, t, cfg.state_dim, generator=g),
+                                    "actions": torch.randn(BATCH, t, cfg.act_dim, generator=g),
+                                    "rewards": torch.randn(BATCH, t, 1, generator=g),
+                                    "returns_to_go": torch.randn(BATCH, t, 1, generator=g),
+                                    "timesteps": torch.arange(t).repeat(BATCH, 1),
+                                    "attention_mask": torch.ones(BATCH, t, dtype=torch.long)}))
+
     if "past_time_features" in required and isinstance(getattr(cfg, "prediction_length", None), int):
         # probabilistic forecasters (Time Series Transformer, Informer, Autoformer): a context
         # window plus the largest lag of past values, the prediction window of future ones
