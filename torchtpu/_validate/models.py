@@ -450,6 +450,10 @@ _HF_CONFIG_SET = {
     "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
     "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
     "moonshine_streaming": {"num_key_value_heads": 8},
+    # the default names the RepViT backbone under a misspelt key ("archirecture"), so the
+    # wrapper builds its placeholder ResNet-50, whose widths the FPN does not take
+    "edgetam": {"vision_config": {"backbone_config": {"architecture": "repvit_m1"}}},
+    "edgetam_vision_model": {"backbone_config": {"architecture": "repvit_m1"}},
     # MoE and decoder sizes the default config leaves None
     "dots1": {"n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2},
     "diffusion_gemma": {"text_config": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 64}},
@@ -481,6 +485,9 @@ _HF_CLASS_SET = {
     "ReformerModelWithLMHead": {"is_decoder": True},   # its constructor requires a decoder
     "T5GemmaEncoderModel": {"is_encoder_decoder": False},
     "T5ForSequenceClassification": {"decoder_start_token_id": 0},  # decoder ids from input_ids
+    # cross-attention over preprocessed pixels whose width (261, 322) no head count > 1 divides
+    "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
+    "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
 }
 
 
