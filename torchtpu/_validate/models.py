@@ -461,6 +461,10 @@ _HF_CONFIG_SET = {
     # the tokenizer's vocabulary map: just the image placeholder (the last id of the shrunk vocabulary)
     "chameleon": {"vocabulary_map": {"<image>": _VOCAB - 1}},
     "emu3": {"vocabulary_map": {"<image>": _VOCAB - 1}},
+    # the placeholder token the Q-Former outputs replace (the last id of the shrunk vocabulary)
+    "blip-2": {"image_token_index": _VOCAB - 1},
+    "instructblip": {"image_token_index": _VOCAB - 1},
+    "instructblipvideo": {"video_token_index": _VOCAB - 1},
     # forecasters whose windows have no default
     "autoformer": {"prediction_length": 8, "context_length": 16},
     "informer": {"prediction_length": 8, "context_length": 16},
@@ -725,7 +729,9 @@ def _hf_candidates(model, cfg, cls_name):
             width = _get([text, cfg], "d_model", "hidden_size", default=64)
             cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
             if "video" in main:  # video towers: (batch, frames, channels, height, width)
-                cands += [("kw", (), {main: torch.randn(BATCH, 4, ch, s, s, generator=g)})
+                nf = _get([vis, cfg], "num_frames", default=4)
+                nf = nf if isinstance(nf, int) and 0 < nf <= 16 else 4
+                cands += [("kw", (), {main: torch.randn(BATCH, nf, ch, s, s, generator=g)})
                           for s in dict.fromkeys((h, 224, 336))]
     elif main == "pixel_values":
         x = {"pixel_values": pixels}
@@ -890,6 +896,29 @@ def _hf_candidates(model, cfg, cls_name):
         for _, _, x in cands:
             if "pixel_values" in x:
                 x["noise"] = noise
+
+    # last resort for video models taking `pixel_values`: the same inputs with clips
+    frames = _get([vis, cfg], "num_frames", default=4)
+    frames = frames if isinstance(frames, int) and 0 < frames <= 16 else 4
+    for _, _, x in list(cands):
+        if isinstance(x.get("pixel_values"), torch.Tensor) and x["pixel_values"].dim() == 4 \
+                and "pixel_values" in sig and x["pixel_values"].shape[1] == ch:
+            cands.append(("kw", (), dict(x, pixel_values=torch.randn(BATCH, frames, ch, h, w, generator=g))))
+
+    # last resort for Q-Former models (BLIP-2, InstructBLIP): the query outputs replace
+    # image placeholder tokens, num_query_tokens per image (per frame for video)
+    nq = _get([cfg], "num_query_tokens")
+    tok = _get([cfg], "image_token_index", "image_token_id", "video_token_index", "video_token_id")
+    if isinstance(nq, int) and isinstance(tok, int) and 0 <= tok < _VOCAB:
+        for _, _, x in list(cands):
+            pv, t = x.get("pixel_values"), x.get("input_ids")
+            if isinstance(pv, torch.Tensor) and isinstance(t, torch.Tensor) and t.dim() == 2:
+                n = nq * (pv.shape[1] if pv.dim() == 5 else 1)
+                t = torch.cat([torch.full((t.shape[0], n), tok, dtype=t.dtype), t], 1)
+                y = dict(x, input_ids=t)
+                if "attention_mask" in y:
+                    y["attention_mask"] = torch.ones_like(t)
+                cands.append(("kw", (), y))
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
