@@ -144,3 +144,18 @@ def test_timm_variant_for_patch_sizes_that_do_not_divide_the_image():
     assert size % 14 == 0
     with pytest.raises(M.SameAsBefore):
         M.build("timm/vit_tiny_patch16_224", 2)  # patch 16 divides 64: same as variant 0
+
+
+def test_exclusion_reason_names_the_models_own_inputs_not_last_resorts(monkeypatch):
+    import torch
+    from torchtpu._validate import runner
+
+    class Fails(torch.nn.Module):
+        def forward(self, x):
+            raise ValueError(f"rank {x.dim()}")
+    built = M.Built(Fails(), [("kw", (torch.zeros(2),), {}), ("last", (torch.zeros(2, 2),), {})])
+    monkeypatch.setattr(M, "build", lambda model_id, variant=0: built)
+    monkeypatch.setattr(M, "variants", lambda model_id: 1)
+    r = runner._run_model("hf/x/Y", (), False)
+    assert r["status"] == "excluded"
+    assert r["reason"] == "CPU reference failed: ValueError: rank 1"

@@ -34,7 +34,8 @@ class Excluded(Exception):
 @dataclass
 class Built:
     model: torch.nn.Module
-    candidates: list = field(default_factory=list)   # [(kind, args tuple, kwargs dict)]
+    candidates: list = field(default_factory=list)   # [(kind, args tuple, kwargs dict)]; kind "last": a
+    # generic last resort (image pairs, video clips), not named as the reason when all fail
     params: int = 0
     note: str = ""
 
@@ -744,7 +745,7 @@ def _hf_candidates(model, cfg, cls_name):
         if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in sig:
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
         # keypoint matchers take image pairs: (batch, 2, channels, height, width)
-        cands.append(("kw", (), {"pixel_values": torch.randn(BATCH, 2, ch, h, w, generator=g)}))
+        cands.append(("last", (), {"pixel_values": torch.randn(BATCH, 2, ch, h, w, generator=g)}))
     elif main == "input_values":
         mel = _get([aud, cfg], "num_mel_bins", default=None)
         if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
@@ -903,7 +904,7 @@ def _hf_candidates(model, cfg, cls_name):
     for _, _, x in list(cands):
         if isinstance(x.get("pixel_values"), torch.Tensor) and x["pixel_values"].dim() == 4 \
                 and "pixel_values" in sig and x["pixel_values"].shape[1] == ch:
-            cands.append(("kw", (), dict(x, pixel_values=torch.randn(BATCH, frames, ch, h, w, generator=g))))
+            cands.append(("last", (), dict(x, pixel_values=torch.randn(BATCH, frames, ch, h, w, generator=g))))
 
     # last resort for Q-Former models (BLIP-2, InstructBLIP): the query outputs replace
     # image placeholder tokens, num_query_tokens per image (per frame for video)
@@ -918,7 +919,7 @@ def _hf_candidates(model, cfg, cls_name):
                 y = dict(x, input_ids=t)
                 if "attention_mask" in y:
                     y["attention_mask"] = torch.ones_like(t)
-                cands.append(("kw", (), y))
+                cands.append(("last", (), y))
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
