@@ -517,7 +517,7 @@ def _hf_build(model_type, cls_name, variant=0):
     Variants 6, 7: variants 0 and 2 with the repairs of _tie_widths, only where they
     change the config."""
     if variant >= 6:
-        shrink, cover, repair = (variant - 6) * 1, True, True
+        shrink, cover, repair = variant - 6, True, True
     else:
         shrink, cover, repair = variant // 2, variant % 2 == 0, False
     if not cover or repair:
