@@ -12,6 +12,7 @@ import contextlib
 import copy
 import inspect
 import os
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -33,7 +34,8 @@ class Excluded(Exception):
 @dataclass
 class Built:
     model: torch.nn.Module
-    candidates: list = field(default_factory=list)   # [(kind, args tuple, kwargs dict)]
+    candidates: list = field(default_factory=list)   # [(kind, args tuple, kwargs dict)]; kind "last": a
+    # generic last resort (image pairs, video clips), not named as the reason when all fail
     params: int = 0
     note: str = ""
 
@@ -124,6 +126,52 @@ _TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "mo
 _VOCAB = 1000
 
 
+# fields that may be tied to a model width (an adapter's input dim, a projector's channels)
+_TIE_NAME = re.compile(r"(_dim|_dims|hidden_size|_channels|_width|_input_size)$")
+_TIE_SKIP = ("head_dim", "vocab", "image", "patch", "position", "window", "length", "codebook_size", "rank",
+             "intermediate", "ffn", "num_", "kernel", "stride", "mel", "sampling", "frame")
+
+
+def _tie_widths(orig, new):
+    """Repairs for a shrunk config that the model rejects (a copy of `new`; `orig` is the
+    config before shrinking). Only tried (build variants 6, 7) when the plain shrunk
+    configs fail: the width match is by value, so it may also change untied fields.
+    - a field holding the original width of a shrunk hidden size, in this or any other
+      sub-config (an adapter's `adapter_in_dim`, a talker's `thinker_hidden_size`), takes the
+      shrunk width where the generic rules left it unchanged;
+    - vision feature layers out of the kept layers' range index them (the deepest stays
+      the deepest)."""
+    widths = {}
+
+    def pairs(a, b):
+        for k, v in a.items():
+            if k in b:
+                if isinstance(v, dict) and isinstance(b[k], dict):
+                    yield from pairs(v, b[k])
+                else:
+                    yield a, b, k
+    new = copy.deepcopy(new)
+    for a, b, k in pairs(orig, new):
+        v = a[k]
+        if k in _HIDDEN and isinstance(v, int) and not isinstance(v, bool) and b[k] != v:
+            widths.setdefault(v, b[k])
+    for a, b, k in pairs(orig, new):
+        v = a[k]
+        if isinstance(v, int) and not isinstance(v, bool) and v > 64 and v in widths and b[k] == v \
+                and isinstance(k, str) and _TIE_NAME.search(k) and not any(x in k for x in _TIE_SKIP):
+            b[k] = widths[v]
+    for a, b, k in pairs(orig, new):
+        # vision feature layers index the kept layers: the deepest stays the deepest
+        v = a[k]
+        if isinstance(k, str) and "feature_layer" in k and b[k] == v:
+            vs = v if isinstance(v, list) else [v]
+            if vs and all(isinstance(x, int) and not isinstance(x, bool) for x in vs) and max(vs) >= 2:
+                order = sorted(set(vs), reverse=True)
+                vs = [max(0, 1 - order.index(x)) if x >= 0 else max(x, -2) for x in vs]
+                b[k] = vs if isinstance(v, list) else vs[0]
+    return new
+
+
 def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
     """Shrinks one config dict in place (recursing into sub-configs). keep_images: leave
     image sizes, patch sizes and positions as they are (for models whose windows or
@@ -153,9 +201,10 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = 64
             elif k in _HEADS and v > 4:
                 d[k] = 4
-            elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num") and v > 2:
+            elif k in ("num_key_value_heads", "n_kv_heads", "num_kv_heads", "multi_query_group_num",
+                       "num_key_value_attention_heads") and v > 2:
                 # as many key/value heads as query heads stays so (MLA, MHA); grouped gets 2
-                d[k] = 4 if v == max((orig.get(h) or 0) for h in _HEADS if isinstance(orig.get(h), int)) else 2
+                d[k] = 4 if v == max(((orig.get(h) or 0) for h in _HEADS if isinstance(orig.get(h), int)), default=0) else 2
             elif (k == "head_dim" or k.endswith("_head_dim") or k == "kv_channels" or k == "attention_head_size" or k == "dim_head") and v > 16:
                 d[k] = 16
             elif k in ("rotary_dim", "rotary_emb_dim") and v > 8:
@@ -180,6 +229,10 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = 512 if v & (v - 1) == 0 else _VOCAB  # some require a power of 2
             elif k == "upsample_initial_channel" and v > 64:
                 d[k] = 64
+            elif k == "base_channels" and v > 64 and isinstance(orig.get("channel_multiplier"), list):
+                d[k] = 32  # VQ-VAE widths: base times each stage's multiplier (Emu3: 256 -> 1024); GroupNorm(32)
+            elif k == "num_filters" and v > 8 and len(orig.get("downsampling_ratios") or ()) > 4:
+                d[k] = 4  # doubled at each of many downsampling stages (VibeVoice: 32 -> 2048)
         elif layers_only:
             continue
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
@@ -188,12 +241,21 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
                 d[k] = [min(x, 16 * 2 ** min(i, 2)) for i, x in enumerate(v)]
                 if k == "conv_dim":
                     d[k] = [min(x, 32) for x in v]
+            elif k in _FFN and max(v) > 64:  # per-layer FFN widths (Gemma 3n)
+                d[k] = [min(x, 64) for x in v]
             elif k in ("depths", "num_layers", "layers", "encoder_layers", "block_repeats") and max(v) > 1:
                 d[k] = [1] * len(v)
             elif k in ("num_heads", "num_attention_heads", "heads", "encoder_attention_heads") and max(v) > 2:
                 d[k] = [min(x, 2) for x in v]
             elif k in ("image_size", "img_size") and max(v) > IMG and not keep_images:
                 d[k] = [IMG] * len(v)
+    nh0, nh1 = orig.get("num_attention_heads"), d.get("num_attention_heads")
+    if isinstance(nh0, int) and isinstance(nh1, int) and not layers_only and 0 < nh1 < nh0:
+        # per-layer head counts (key/value heads per layer) shrink with the heads
+        for k, v in list(d.items()):
+            if "heads" in k and k not in ("num_heads", "num_attention_heads", "heads", "encoder_attention_heads") \
+                    and isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+                d[k] = [max(1, x * nh1 // nh0) for x in v]
     if isinstance(d.get("qk_nope_head_dim"), int) and isinstance(d.get("qk_rope_head_dim"), int):
         # MLA: head dims that were nope + rope stay so
         was = orig["qk_nope_head_dim"] + orig["qk_rope_head_dim"]
@@ -208,8 +270,25 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         if isinstance(rp, dict) and isinstance(rp.get("mrope_section"), list) and len(rp["mrope_section"]) == 3:
             rp["mrope_section"] = [2, 3, 3]  # sums to head_dim / 2 = 8
     if old_layers and "stage_names" in d:  # backbones: stages follow the new layer count
-        for k in ("stage_names", "out_features", "out_indices"):
-            d.pop(k, None)
+        oi = orig.get("out_indices")
+        n = len(oi) if isinstance(oi, (list, tuple)) else 0
+        lk = next((k for k in ("num_hidden_layers", "num_layers", "depth") if k in old_layers), None)
+        if n > 1 and lk and orig.get("stage_names") == ["stem"] + [f"stage{i}" for i in range(1, old_layers[lk] + 1)]:
+            # a neck that takes several layers' outputs (DPT): as many layers, each an output
+            d[lk] = max(d[lk], n)
+            d["stage_names"] = ["stem"] + [f"stage{i}" for i in range(1, d[lk] + 1)]
+            d["out_indices"] = list(range(d[lk] - n + 1, d[lk] + 1))
+            d["out_features"] = [f"stage{i}" for i in d["out_indices"]]
+        else:
+            for k in ("stage_names", "out_features", "out_indices"):
+                d.pop(k, None)
+    elif old_layers and "num_hidden_layers" in old_layers and isinstance(orig.get("out_indices"), list) \
+            and len(orig["out_indices"]) > 1 and all(isinstance(x, int) for x in orig["out_indices"]) \
+            and max(orig["out_indices"]) >= d["num_hidden_layers"]:
+        # layer indices a segmentation head reads (BEiT-style, no stage names): the last layers
+        n = len(orig["out_indices"])
+        d["num_hidden_layers"] = max(d["num_hidden_layers"], n)
+        d["out_indices"] = list(range(d["num_hidden_layers"] - n + 1, d["num_hidden_layers"] + 1))
     # vocab sizes and the token ids that must stay inside them
     for k, v in list(d.items()):
         if isinstance(v, int) and not isinstance(v, bool) and ("vocab_size" in k or k.endswith("group_vocab")) and v > _VOCAB:
@@ -222,6 +301,12 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         elif k.endswith("token_id") and isinstance(v, list):
             d[k] = [big.setdefault(x, _VOCAB - 1 - len(big)) if isinstance(x, int) and x >= _VOCAB - 10 else x
                     for x in v]
+    for k, v in list(d.items()):
+        # layers that reuse an earlier layer's key/value cache (Gemma 3n's last 15 of 35):
+        # none of the kept ones, or no layer would produce the cache they read
+        if k.endswith("shared_layers") and isinstance(v, int) and not isinstance(v, bool) and v > 0 \
+                and old_layers and v >= min(old_layers.values()) // 4:
+            d[k] = 0
     # per-layer lists sized by the old layer count: the kept layers cover every layer type
     for old in set(old_layers.values()):
         keep = _layers_to_keep(d, old) if cover_types else [0, 1]
@@ -236,6 +321,13 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         if isinstance(plc, dict):  # {layer index: overrides}
             d["per_layer_config"] = {new: _shrink_dict(dict(plc[o]), keep_images, layers_only, cover_types)
                                      for new, i in enumerate(keep) for o in plc if int(o) == i}
+            for o in d["per_layer_config"].values():
+                # MLA layers whose own nope dim plus the shared rope dim was the head dim
+                was = {plc[k].get("qk_nope_head_dim") for k in plc}
+                if isinstance(o.get("qk_nope_head_dim"), int) and isinstance(d.get("head_dim"), int) \
+                        and isinstance(orig.get("qk_rope_head_dim"), int) \
+                        and any(isinstance(n, int) and n + orig["qk_rope_head_dim"] == orig.get("head_dim") for n in was):
+                    d["head_dim"] = o["qk_nope_head_dim"] + d["qk_rope_head_dim"]
     if not layers_only:
         # Mamba heads: hidden_size * expand == heads * head_dim
         for nh, hd, ex in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
@@ -324,27 +416,127 @@ def _mrope(d, modeling_src):
     rp["mrope_section"] = [half - 2 * third, third, third]
 
 
+def _intraclass_block(long=7, mid=5, short=3):
+    """PP-OCR detection necks: (kernel, stride, padding) of each intra-class block conv, the
+    7/5/3 vertical, horizontal and square kernels the block's docstring describes, each
+    keeping the feature map's size."""
+    cfg = {"reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0]}
+    for name, k in (("longratio", long), ("midratio", mid), ("shortratio", short)):
+        p = (k - 1) // 2
+        cfg[f"vertical_long_to_small_conv_{name}"] = [[k, 1], 1, [p, 0]]
+        cfg[f"horizontal_small_to_long_conv_{name}"] = [[1, k], 1, [0, p]]
+        cfg[f"symmetric_conv_long_{name}"] = [k, 1, p]
+    return cfg
+
+
+# Config fields a model needs but whose library default is None or a placeholder (the
+# published checkpoints set them): set in the default config before shrinking. Values are
+# small and self-consistent; a nested dict sets fields of a sub-config.
+_HF_CONFIG_SET = {
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_hidden_layers": 2},
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"], "num_hidden_layers": 2}},
+    "sapiens2": {"head_config": {"upsample_out_channels": [32, 32], "conv_out_channels": [32],
+                                 "scale_conv_out_channels": [32], "scale_final_hidden_sizes": [32, 32]}},
+    "pp_ocrv6_medium_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
+                            "scale_factor_list": [1, 2, 4, 8]},
+    "pp_ocrv5_server_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
+                            "scale_factor_list": [1, 2, 4, 8]},  # stride 4, 8, 16, 32 features to stride 4
+    "perception_lm": {"vision_config": {"architecture": "vit_pe_core_tiny_patch16_384",
+                                        "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
+                                                       "img_size": IMG}}},
+    "timm_backbone": {"backbone": "resnet18"},
+    # the four layers the semantic segmentation head reads (the base-size default)
+    "beit": {"out_indices": [3, 5, 7, 11], "out_features": ["stage3", "stage5", "stage7", "stage11"]},
+    # attributes the modeling code reads from a (sub-)config that does not define them
+    "dbrx": {"attn_config": {"rope_theta": 500000.0, "clip_qkv": 8.0}},
+    "t5gemma2_encoder": {"text_config": {"dropout_rate": 0.0}},
+    "moonshine_streaming": {"num_key_value_heads": 8},
+    # the default names the RepViT backbone under a misspelt key ("archirecture"), so the
+    # wrapper builds its placeholder ResNet-50, whose widths the FPN does not take
+    "edgetam": {"vision_config": {"backbone_config": {"architecture": "repvit_m1"}}},
+    "edgetam_vision_model": {"backbone_config": {"architecture": "repvit_m1"}},
+    # MoE and decoder sizes the default config leaves None
+    "dots1": {"n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2},
+    "diffusion_gemma": {"text_config": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 64}},
+    "hiera": {"decoder_hidden_size": 64, "decoder_depth": 1, "decoder_num_heads": 2},
+    # the tokenizer's vocabulary map: just the image placeholder (the last id of the shrunk vocabulary)
+    "chameleon": {"vocabulary_map": {"<image>": _VOCAB - 1}},
+    "emu3": {"vocabulary_map": {"<image>": _VOCAB - 1}},
+    # the placeholder token the Q-Former outputs replace (the last id of the shrunk vocabulary)
+    "blip-2": {"image_token_index": _VOCAB - 1},
+    "instructblip": {"image_token_index": _VOCAB - 1},
+    "instructblipvideo": {"video_token_index": _VOCAB - 1},
+    # forecasters whose windows have no default
+    "autoformer": {"prediction_length": 8, "context_length": 16},
+    "informer": {"prediction_length": 8, "context_length": 16},
+    "time_series_transformer": {"prediction_length": 8, "context_length": 16},
+    # per-layer-type rope (the default leaves it empty: a NoPE-capable layout)
+    "cohere_compass": {"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}}},
+    "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+}
+
+# Fields set after shrinking, where the generic rules cannot know a model's layout.
+_HF_SHRUNK_SET = {
+    # Dory serializes each decoder layer as an attention block and an mlp block (counts
+    # doubled): one input, one recurrent and one output layer
+    "dory": {"num_hidden_layers": 6, "n_input_layers": 2, "n_recurrent_layers": 2, "n_output_layers": 2,
+             "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"]},
+    # text tokens, then the image codebook's, then the audio codebook's (512 each after shrinking)
+    "apertus1p5": {"image_token_offset": 200, "audio_token_offset": 712, "text_config": {"vocab_size": 1280}},
+}
+
+# Fields one task-head class needs (set after shrinking, for that class only).
+_HF_CLASS_SET = {
+    "ReformerModelWithLMHead": {"is_decoder": True},   # its constructor requires a decoder
+    "T5GemmaEncoderModel": {"is_encoder_decoder": False},
+    "T5ForSequenceClassification": {"decoder_start_token_id": 0},  # decoder ids from input_ids
+    # cross-attention over preprocessed pixels whose width (261, 322) no head count > 1 divides
+    "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
+    "PerceiverForImageClassificationConvProcessing": {"num_cross_attention_heads": 1},
+}
+
+
+def _set_fields(d, fields):
+    """Sets each field of `fields` in the config dict d; a dict value for a sub-config that
+    d has as a dict sets fields inside it."""
+    for k, v in fields.items():
+        if isinstance(v, dict) and isinstance(d.get(k), dict):
+            _set_fields(d[k], v)
+        else:
+            d[k] = copy.deepcopy(v)
+    return d
+
+
 class SameAsBefore(Excluded):
     """This build variant would build the same model as the one before it."""
 
 
 def _hf_build(model_type, cls_name, variant=0):
-    """Even variants keep one layer of each layer type; odd ones the first two layers (for
-    a layer type whose defaults are incomplete), only where that differs."""
-    shrink, cover = variant // 2, variant % 2 == 0
-    if not cover:
+    """Variants 0-5: even ones keep one layer of each layer type, odd ones the first two
+    layers (for a layer type whose defaults are incomplete), only where that differs.
+    Variants 6, 7: variants 0 and 2 with the repairs of _tie_widths, only where they
+    change the config."""
+    if variant >= 6:
+        shrink, cover, repair = variant - 6, True, True
+    else:
+        shrink, cover, repair = variant // 2, variant % 2 == 0, False
+    if not cover or repair:
         from transformers import AutoConfig
         try:
-            d = AutoConfig.for_model(model_type).to_dict()
+            d = _set_fields(AutoConfig.for_model(model_type).to_dict(), _HF_CONFIG_SET.get(model_type, {}))
         except Exception:
             d = {}
         kw = dict(keep_images=shrink >= 1, layers_only=shrink == 2)
-        if _shrink_dict(copy.deepcopy(d), cover_types=True, **kw) == _shrink_dict(copy.deepcopy(d), cover_types=False, **kw):
+        if repair:
+            s = _shrink_dict(copy.deepcopy(d), **kw)
+            if _tie_widths(d, s) == s:
+                raise SameAsBefore("no repair applies")
+        elif _shrink_dict(copy.deepcopy(d), cover_types=True, **kw) == _shrink_dict(copy.deepcopy(d), cover_types=False, **kw):
             raise SameAsBefore("same as the previous variant")
-    return _hf_build_once(model_type, cls_name, shrink, cover)
+    return _hf_build_once(model_type, cls_name, shrink, cover, repair)
 
 
-def _hf_build_once(model_type, cls_name, variant, cover_types):
+def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     import transformers
     from transformers import AutoConfig
     cls = getattr(transformers, cls_name, None)
@@ -354,7 +546,10 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
         cfg0 = AutoConfig.for_model(model_type)
     except Exception as e:
         raise Excluded(f"config for {model_type}: {type(e).__name__}: {e}")
-    d = _shrink_dict(cfg0.to_dict(), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
+    full = _set_fields(cfg0.to_dict(), _HF_CONFIG_SET.get(model_type, {}))
+    d = _shrink_dict(copy.deepcopy(full), keep_images=variant >= 1, layers_only=variant == 2, cover_types=cover_types)
+    _set_fields(d, _HF_SHRUNK_SET.get(model_type, {}))
+    _set_fields(d, _HF_CLASS_SET.get(cls_name, {}))
     if variant < 2:
         try:
             import sys
@@ -363,6 +558,15 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
             pass
     for k in ("transformers_version", "architectures", "_name_or_path"):
         d.pop(k, None)
+    if repair:
+        d = _tie_widths(full, d)
+    model, cfg = _hf_construct(cls, cfg0, d)
+    model.eval()
+    return Built(model, _hf_candidates(model, cfg, cls_name))
+
+
+def _hf_construct(cls, cfg0, d):
+    """(model, config) of class cls from the shrunk config dict d, or Excluded."""
     try:
         cfg = type(cfg0).from_dict(d)
     except Exception as e:
@@ -371,14 +575,26 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
         cfg.use_cache = False
     except Exception:
         pass
-    _check_size(lambda: cls._from_config(cfg))
+    ctx = contextlib.nullcontext()
+    try:
+        _check_size(lambda: cls._from_config(cfg))
+    except Excluded:
+        if not _builds_timm(d):
+            raise
+        # a timm tower (Gemma 3n's MobileNetV5) over the limit: fewer blocks per stage, as
+        # for timm's own models (widths kept: the projector after it takes them)
+        ctx = _timm_shrinking(widths=0)
+        with ctx:
+            _check_size(lambda: cls._from_config(cfg))
     torch.manual_seed(0)
     try:
-        model = cls._from_config(cfg)
+        with ctx:
+            model = cls._from_config(cfg)
     except Exception as e:
         # a text or decoder class listed under a composite model type takes its sub-config
         sub = cls.config_class is not type(cfg) and next(
-            (s for s in (getattr(cfg, n, None) for n in ("text_config", "decoder", "decoder_config", "language_config"))
+            (s for s in (getattr(cfg, n, None) for n in ("text_config", "decoder", "decoder_config", "language_config",
+                                                         "vision_config", "audio_config", "encoder", "encoder_config"))
              if isinstance(s, cls.config_class or ())), None)
         if not sub:
             raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
@@ -389,8 +605,13 @@ def _hf_build_once(model_type, cls_name, variant, cover_types):
             model = cls._from_config(cfg)
         except Exception as e:
             raise Excluded(f"tiny model construction failed: {type(e).__name__}: {str(e)[:200]}")
-    model.eval()
-    return Built(model, _hf_candidates(model, cfg, cls_name))
+    return model, cfg
+
+
+def _builds_timm(d):
+    """Whether a config (dict) names a timm architecture for a tower."""
+    return any(isinstance(v, dict) and _builds_timm(v) for v in d.values()) or \
+        isinstance(d.get("architecture"), str)
 
 
 def _check_size(make):
@@ -490,6 +711,10 @@ def _hf_candidates(model, cfg, cls_name):
         feat = _get([aud, cfg], "feature_size", "feature_projection_input_dim", default=None)
         if isinstance(feat, int) and feat != mel:  # stacked frames (w2v-BERT, SeamlessM4T)
             cands.append(torch.randn(BATCH, 64, feat, generator=g))
+        cands.append(torch.randn(BATCH, mel, 200, generator=g))  # whole 100-frame windows (Qwen3-ASR)
+        if mel != 128:  # 128 mel bins where the config does not say (Gemma 4 audio's subsampler)
+            cands.append(torch.randn(BATCH, 64, 128, generator=g))
+        cands.append(torch.randn(BATCH, 64, 4 * mel, generator=g))  # 4 stacked frames (Granite Speech)
         return cands
 
     cands = []
@@ -504,6 +729,11 @@ def _hf_candidates(model, cfg, cls_name):
         if "input_ids" not in sig and main in sig:  # e.g. Perceiver's `inputs`: ids, features or pixels
             width = _get([text, cfg], "d_model", "hidden_size", default=64)
             cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
+            if "video" in main:  # video towers: (batch, frames, channels, height, width)
+                nf = _get([vis, cfg], "num_frames", default=4)
+                nf = nf if isinstance(nf, int) and 0 < nf <= 16 else 4
+                cands += [("kw", (), {main: torch.randn(BATCH, nf, ch, s, s, generator=g)})
+                          for s in dict.fromkeys((h, 224, 336))]
     elif main == "pixel_values":
         x = {"pixel_values": pixels}
         frames = _get([vis, cfg], "num_frames", default=None)
@@ -514,12 +744,14 @@ def _hf_candidates(model, cfg, cls_name):
         cands.append(("kw", (), add_decoder(x)))
         if getattr(cfg, "is_encoder_decoder", False) or "decoder_input_ids" in sig:
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
+        # keypoint matchers take image pairs: (batch, 2, channels, height, width)
+        cands.append(("last", (), {"pixel_values": torch.randn(BATCH, 2, ch, h, w, generator=g)}))
     elif main == "input_values":
         mel = _get([aud, cfg], "num_mel_bins", default=None)
         if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
             frames = _get([aud, cfg], "max_length", default=128)
             cands.append(("kw", (), {"input_values": torch.randn(BATCH, frames, mel, generator=g)}))
-        for n in (1600, 4000, 16000):
+        for n in (1600, 4000, 16000, 9600):  # 9600: whole 96-sample frames (MuseSpark)
             cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, n, generator=g)})))
         cands.append(("kw", (), add_decoder({"input_values": torch.randn(BATCH, 1, 4000, generator=g)})))
     elif main == "input_features":
@@ -538,10 +770,18 @@ def _hf_candidates(model, cfg, cls_name):
             cands.append(("kw", (), dict(base, visual_feats=torch.randn(BATCH, 8, cfg.visual_feat_dim, generator=g),
                                          visual_pos=torch.rand(BATCH, 8, 4, generator=g))))
         sep = _get([cfg], "sep_token_id", "eos_token_id")
-        if "QuestionAnswering" in cls_name and isinstance(sep, int) and 0 <= sep < vocab:
+        if ("QuestionAnswering" in cls_name or "MultipleChoice" in cls_name) and isinstance(sep, int) and 0 <= sep < vocab:
             qa = base["input_ids"].clone()  # question </s></s> context </s>
-            qa[:, [SEQ // 4, SEQ // 4 + 1, SEQ - 1]] = sep
+            qa[..., [SEQ // 4, SEQ // 4 + 1, SEQ - 1]] = sep
             cands.append(("kw", (), dict(base, input_ids=qa)))
+        q = _get([cfg], "question_token_id")
+        if isinstance(q, int) and 0 <= q < vocab:  # Splinter: a question token in every sample
+            qa = base["input_ids"].clone()
+            qa[..., SEQ // 4] = q
+            cands.append(("kw", (), dict(base, input_ids=qa)))
+        if "decoder_input_ids" in sig and "decoder_input_ids" not in base:  # BLIP VQA: a decoder without enc-dec config
+            cands.append(("kw", (), dict(base, pixel_values=pixels, decoder_input_ids=ids((BATCH, SEQ // 2)))
+                          if "pixel_values" in sig else dict(base, decoder_input_ids=ids((BATCH, SEQ // 2)))))
 
     if "past_values" in sig and isinstance(getattr(cfg, "num_input_channels", None), int):
         # multichannel time series (PatchTST, PatchTSMixer): (batch, context, channels)
@@ -549,9 +789,55 @@ def _hf_candidates(model, cfg, cls_name):
         c = cfg.num_input_channels
         cands.insert(0, ("kw", (), {"past_values": torch.randn(BATCH, n, c, generator=g)}))
 
-    if "grid_thw" in required and ("hidden_states" in required or "pixel_values" in required):
+    if "spatial_shapes" in sig and str(getattr(cfg, "model_type", "")).startswith("siglip2") \
+            and isinstance(_get([vis], "patch_size"), int):
+        # NaFlex towers (SigLIP 2): flattened patches of a (rows, cols) grid, none padded
+        p = _get([vis], "patch_size")
+        r, c = max(1, h // p), max(1, w // p)
+        x = {"pixel_values": torch.randn(BATCH, r * c, ch * p * p, generator=g),
+             "pixel_attention_mask": torch.ones(BATCH, r * c, dtype=torch.long),
+             "spatial_shapes": torch.tensor([[r, c]] * BATCH)}
+        if "input_ids" in sig:
+            x.update(text_inputs())
+        cands.insert(0, ("kw", (), x))
+
+    if "returns_to_go" in sig and isinstance(getattr(cfg, "state_dim", None), int):
+        # Decision Transformer: a trajectory of states, actions, rewards and returns
+        t = SEQ // 2
+        cands.insert(0, ("kw", (), {"states": torch.randn(BATCH, t, cfg.state_dim, generator=g),
+                                    "actions": torch.randn(BATCH, t, cfg.act_dim, generator=g),
+                                    "rewards": torch.randn(BATCH, t, 1, generator=g),
+                                    "returns_to_go": torch.randn(BATCH, t, 1, generator=g),
+                                    "timesteps": torch.arange(t).repeat(BATCH, 1),
+                                    "attention_mask": torch.ones(BATCH, t, dtype=torch.long)}))
+
+    if "past_time_features" in required and isinstance(getattr(cfg, "prediction_length", None), int):
+        # probabilistic forecasters (Time Series Transformer, Informer, Autoformer): a context
+        # window plus the largest lag of past values, the prediction window of future ones
+        lags = getattr(cfg, "lags_sequence", None) or [1]
+        n, f = (getattr(cfg, "context_length", None) or cfg.prediction_length) + max(lags), cfg.prediction_length
+        tf = getattr(cfg, "num_time_features", 0) + getattr(cfg, "num_dynamic_real_features", 0)
+        c = getattr(cfg, "input_size", 1)
+        shape = (lambda t: (BATCH, t)) if c == 1 else (lambda t: (BATCH, t, c))
+        cands.insert(0, ("kw", (), {"past_values": torch.randn(*shape(n), generator=g),
+                                    "past_time_features": torch.randn(BATCH, n, tf, generator=g),
+                                    "past_observed_mask": torch.ones(*shape(n)),
+                                    "future_values": torch.randn(*shape(f), generator=g),
+                                    "future_time_features": torch.randn(BATCH, f, tf, generator=g)}))
+
+    if "past_values_padding" in required and isinstance(getattr(cfg, "patch_length", None), int):
+        # TimesFM: a series of whole patches, nothing padded, one frequency class per series
+        n = 4 * cfg.patch_length
+        x = {"past_values": torch.randn(BATCH, n, generator=g), "past_values_padding": torch.zeros(BATCH, n)}
+        if "freq" in required:
+            x["freq"] = torch.zeros(BATCH, 1, dtype=torch.long)
+        cands.insert(0, ("kw", (), x))
+
+    gname = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
+    if gname and ("hidden_states" in required or "pixel_values" in required):
         # Qwen-VL style vision towers: flattened patches of BATCH images, each a grid of
-        # (1, 2*merge, 2*merge) patches
+        # (1, 2*merge, 2*merge) patches; a patch is (channels * temporal patch * p * p)
+        # values, or a (channels, p, p) image where the tower embeds with a conv
         p = _get([vis], "patch_size", default=14)
         p = p[0] if isinstance(p, (list, tuple)) else p
         tp = _get([vis], "temporal_patch_size", default=1)
@@ -561,7 +847,15 @@ def _hf_candidates(model, cfg, cls_name):
         grid = torch.tensor([[1, 2 * m, 2 * m]] * BATCH)
         n = int(grid.prod(-1).sum())
         first = "hidden_states" if "hidden_states" in required else "pixel_values"
-        cands.insert(0, ("kw", (), {first: torch.randn(n, c * tp * p * p, generator=g), "grid_thw": grid}))
+        patches = [torch.randn(n, c * tp * p * p, generator=g)]
+        if tp == 1:  # a temporal patch size the config does not name
+            patches.append(torch.randn(n, c * 2 * p * p, generator=g))
+        patches.append(torch.randn(n, c, p, p, generator=g))
+        for x in reversed(patches):
+            kw = {first: x, gname: grid}
+            if "merge_sizes" in required:
+                kw["merge_sizes"] = torch.tensor([m] * BATCH)
+            cands.insert(0, ("kw", (), kw))
 
     if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
         # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
@@ -570,6 +864,62 @@ def _hf_candidates(model, cfg, cls_name):
         for _, _, x in cands:
             if "pixel_values" in x:
                 x["noise"] = noise
+
+    ncb = _get([text, cfg], "num_codebooks")
+    if isinstance(ncb, int) and ncb > 1:
+        # audio-token decoders (MusicGen) take one id row per codebook: (batch * codebooks, seq)
+        doc = inspect.getdoc(model.forward) or ""
+        flat = re.findall(r"(\w+) \(`torch.LongTensor` of shape `\(batch_size \* num_codebooks", doc)
+        for _, _, x in cands:
+            for n in flat:
+                if isinstance(x.get(n), torch.Tensor) and x[n].dim() == 2:
+                    x[n] = ids((x[n].shape[0] * ncb, x[n].shape[1]))
+                    m = n.replace("input_ids", "attention_mask")
+                    if m != n and isinstance(x.get(m), torch.Tensor) and m.startswith("decoder"):
+                        x[m] = torch.ones_like(x[n])
+
+    if "hidden_states" in required and main != "hidden_states" and not any("hidden_states" in x for _, _, x in cands):
+        # towers whose forward takes `hidden_states` (codec encoders and decoders): the main
+        # input under that name, or latents (batch, width, frames) / (batch, frames, width)
+        width = _get([cfg], "hidden_size", "d_model", default=64)
+        cands = [(k, a, {("hidden_states" if n == main and main not in sig else n): v for n, v in x.items()})
+                 for k, a, x in cands]
+        cands += [("kw", (), {"hidden_states": torch.randn(BATCH, width, SEQ, generator=g)}),
+                  ("kw", (), {"hidden_states": torch.randn(BATCH, SEQ, width, generator=g)})]
+
+    if "noise" in sig and isinstance(_get([cfg], "masked_unit_size"), (list, tuple)) \
+            and isinstance(_get([cfg], "patch_stride"), (list, tuple)):
+        # Hiera's pre-training masks whole mask units, shuffled by this noise
+        n = 1
+        for size, st, mu in zip((h, w), cfg.patch_stride, cfg.masked_unit_size):
+            n *= max(1, size // st // mu)
+        noise = torch.rand(BATCH, n, generator=g)
+        for _, _, x in cands:
+            if "pixel_values" in x:
+                x["noise"] = noise
+
+    # last resort for video models taking `pixel_values`: the same inputs with clips
+    frames = _get([vis, cfg], "num_frames", default=4)
+    frames = frames if isinstance(frames, int) and 0 < frames <= 16 else 4
+    for _, _, x in list(cands):
+        if isinstance(x.get("pixel_values"), torch.Tensor) and x["pixel_values"].dim() == 4 \
+                and "pixel_values" in sig and x["pixel_values"].shape[1] == ch:
+            cands.append(("last", (), dict(x, pixel_values=torch.randn(BATCH, frames, ch, h, w, generator=g))))
+
+    # last resort for Q-Former models (BLIP-2, InstructBLIP): the query outputs replace
+    # image placeholder tokens, num_query_tokens per image (per frame for video)
+    nq = _get([cfg], "num_query_tokens")
+    tok = _get([cfg], "image_token_index", "image_token_id", "video_token_index", "video_token_id")
+    if isinstance(nq, int) and isinstance(tok, int) and 0 <= tok < _VOCAB:
+        for _, _, x in list(cands):
+            pv, t = x.get("pixel_values"), x.get("input_ids")
+            if isinstance(pv, torch.Tensor) and isinstance(t, torch.Tensor) and t.dim() == 2:
+                n = nq * (pv.shape[1] if pv.dim() == 5 else 1)
+                t = torch.cat([torch.full((t.shape[0], n), tok, dtype=t.dtype), t], 1)
+                y = dict(x, input_ids=t)
+                if "attention_mask" in y:
+                    y["attention_mask"] = torch.ones_like(t)
+                cands.append(("last", (), y))
 
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
@@ -682,13 +1032,21 @@ class _timm_shrinking:
             m.build_model_with_cfg = self.orig
 
 
-def _timm_build(name, variant=0):
+def _timm_build(name, variant=0, img=IMG):
     import timm
+    if variant == 2:
+        # variant 0 built for images of a multiple of the patch size (patch 14: 56x56)
+        pe = next((m for n, m in _timm_build(name, 0).model.named_modules() if n.endswith("patch_embed")), None)
+        p = getattr(pe, "patch_size", None)
+        p = p[0] if isinstance(p, (tuple, list)) else p
+        if not (isinstance(p, int) and p > 1 and IMG % p):
+            raise SameAsBefore("the patch size divides the image size")
+        return _timm_build(name, 0, img=p * max(1, round(IMG / p)))
     # (kwargs, shrink): the plain model first; when it is over MAX_PARAMS, fewer blocks per
     # stage ("blocks"), then also narrower stages ("blocks+widths")
-    tries = [(dict(img_size=IMG, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=IMG), None),
-             ({}, None), (dict(img_size=IMG), "blocks"), ({}, "blocks"),
-             (dict(img_size=IMG), 4), ({}, 4), (dict(img_size=IMG), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
+    tries = [(dict(img_size=img, depth=2, embed_dim=64, num_heads=2), None), (dict(img_size=img), None),
+             ({}, None), (dict(img_size=img), "blocks"), ({}, "blocks"),
+             (dict(img_size=img), 4), ({}, 4), (dict(img_size=img), 2), ({}, 2)]  # 4, 2: widths / 4, / 2
     if variant:
         tries = [t for t in tries if not t[0]]
     last = None
@@ -716,7 +1074,7 @@ def _timm_build(name, variant=0):
     cfg = getattr(model, "pretrained_cfg", {}) or {}
     c, h, w = cfg.get("input_size", (3, 224, 224))
     if "img_size" in kw:
-        sizes = [(IMG, IMG)]
+        sizes = [(img, img)]
     else:
         sizes = [(IMG, IMG), (96, 96), (128, 128), (h, w)]
         if cfg.get("fixed_input_size"):
@@ -818,7 +1176,9 @@ def _tv_build(kind, name):
         cands = [("args", ([torch.rand(3, IMG, IMG, generator=g) for _ in range(BATCH)],), {})]
     elif kind == "video":
         cands = [("args", (torch.randn(1, 3, 4, 32, 32, generator=g),), {}),
-                 ("args", (torch.randn(1, 3, 16, 64, 64, generator=g),), {})]
+                 ("args", (torch.randn(1, 3, 16, 64, 64, generator=g),), {}),
+                 # the clip size the weights were made for (MViT's position tables, S3D's pool)
+                 ("args", (torch.randn(1, 3, 16, 224, 224, generator=g),), {})]
     else:
         im = [torch.randn(1, 3, 128, 128, generator=g) for _ in range(2)]
         cands = [("kw", (im[0], im[1]), {"num_flow_updates": 2})]
@@ -829,8 +1189,10 @@ def variants(model_id):
     """How many build variants to try (the next one when the CPU reference fails)."""
     # hf: 0 full shrink, 1 keeping image sizes and positions, 2 only layers/vocab/experts,
     # each with every layer type kept, then with the first two layers
-    # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined
-    return {"hf": 6, "timm": 2}.get(model_id.split("/", 1)[0], 1)
+    # then 0 and 2 with repairs for configs the model rejects (see _hf_build)
+    # timm: 0 built for 64x64 images where the constructor takes img_size, 1 as defined,
+    # 2 as 0 for a multiple of the patch size
+    return {"hf": 8, "timm": 3}.get(model_id.split("/", 1)[0], 1)
 
 
 def build(model_id, variant=0):

@@ -314,20 +314,23 @@ def _run_model(model_id, modes, train):
                 with torch.no_grad():
                     expected = call(model, c)
                 if not flatten(expected):
-                    errs.append("forward returned no tensors")
+                    errs.append((c[0], "forward returned no tensors"))
                     expected = None
                     continue
                 cand = c
                 break
             except Exception as e:
-                errs.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
+                errs.append((c[0], f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"))
         if cand is not None:
             if _is_random(model, cand, expected):
                 result["reason"] = ("forward draws random numbers in eval mode (its CPU output "
                                     "changes with the seed), so CPU and tpu cannot be compared")
                 return result
             break
-        reasons.append("CPU reference failed: " + (errs[-1] if errs else "no inputs"))
+        # the last input set's error, not counting generic last resorts (kind "last": image
+        # pairs, video clips) whose shape errors would hide why the model's own inputs fail
+        main = [m for k, m in errs if k != "last"] or [m for _, m in errs]
+        reasons.append("CPU reference failed: " + (main[-1] if main else "no inputs"))
         del built, model, pristine
     else:
         result["reason"] = reasons[0] if len(set(reasons)) == 1 else " / ".join(dict.fromkeys(reasons))
