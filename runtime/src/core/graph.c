@@ -214,7 +214,7 @@ static void ids_clear(pending_t* p) {
   p->unkeyed = false;
 }
 
-/* Last position of shape hash h among the pending ops (-1: none); then records m. */
+/* Last position of window hash h among the pending ops (-1: none); then records m. */
 static int seen_swap(pending_t* p, uint64_t h, int m) {
   if (p->seen_n * 2 >= p->seen_cap) {
     int cap = p->seen_cap ? p->seen_cap * 2 : 512;
