@@ -89,11 +89,12 @@ def cnn_run(dev, steps=6, batch=64, compiled=False):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile", action="store_true", help="Inductor CPU only")
+    ap.add_argument("--cnn-only", action="store_true", help="only the CNN rows (tpu and CPU eager)")
     a = ap.parse_args()
     set_threads(threads())
     rows = []
     devs = [("cpu", True)] if a.compile else [("tpu", False), ("cpu", False)]
-    for cfg in GPT_CONFIGS:
+    for cfg in [] if a.cnn_only else GPT_CONFIGS:
         for dev, comp in devs:
             label = "cpu (inductor)" if comp else dev
             progress(f"{cfg['name']} on {label}")
