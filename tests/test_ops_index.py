@@ -1,7 +1,7 @@
 """Index and shape ops on tpu against PyTorch CPU: gather/scatter family, index_select,
 index_add/index_copy, advanced indexing and index_put, masked ops, nonzero, cat, flip,
 roll, repeat, constant_pad_nd, tril/triu, sort/topk, arange, eye, linspace/logspace,
-searchsorted/bucketize, isin, repeat_interleave.
+searchsorted/bucketize, isin, repeat_interleave, bincount.
 
 Each test runs the op on CPU and on tpu from the same inputs (all dtypes the backend
 supports; plain, in-place and out= forms; broadcasting; non-contiguous inputs), checks
@@ -24,7 +24,7 @@ NATIVE = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", 
           "index_copy", "index", "_index_put_impl", "masked_select", "masked_scatter", "nonzero",
           "cat", "flip", "roll", "repeat", "constant_pad_nd", "tril", "triu", "sort", "topk",
           "arange", "eye", "linspace", "logspace", "searchsorted", "bucketize", "isin",
-          "repeat_interleave", "unfold_backward"}
+          "repeat_interleave", "unfold_backward", "bincount"}
 
 
 def _ours(key):
@@ -291,6 +291,29 @@ def test_masked_select_nonzero(dtype):
 def test_nonzero_special_floats():
     x = torch.tensor([0.0, -0.0, float("nan"), 1e-30, float("inf")])
     same(torch.nonzero(tpu(x)), torch.nonzero(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8])
+def test_bincount(dtype):
+    x = make((40,), dtype, low=0, high=9)
+    x_nc = make((80,), dtype, seed=1, low=0, high=9)[::2]  # strided input
+    weights = [None, make((40,), torch.float32, seed=2), make((40,), torch.float64, seed=3),
+               make((40,), torch.int64, seed=4), make((40,), torch.float16, seed=5)]
+    for w in weights:  # int64 counts; float32 weights sum as float32, others as float64
+        for minlength in (0, 5, 20):
+            same(torch.bincount(tpu(x), None if w is None else tpu(w), minlength=minlength),
+                 torch.bincount(x, w, minlength=minlength), rtol=0, atol=0)
+    same(torch.bincount(tpu(x_nc)), torch.bincount(x_nc), rtol=0, atol=0)
+    e = torch.empty(0, dtype=dtype)  # empty: int64 zeros of minlength, whatever the weights
+    same(torch.bincount(tpu(e), tpu(torch.empty(0)), minlength=3), torch.bincount(e, torch.empty(0), minlength=3))
+
+
+def test_bincount_errors():
+    x = torch.tensor([1, 2, 2])
+    same_error(lambda: torch.bincount(torch.tensor([1, -1])), lambda: torch.bincount(tpu(torch.tensor([1, -1]))))
+    same_error(lambda: torch.bincount(x.view(1, 3)), lambda: torch.bincount(tpu(x).view(1, 3)))
+    same_error(lambda: torch.bincount(x, minlength=-1), lambda: torch.bincount(tpu(x), minlength=-1))
+    same_error(lambda: torch.bincount(x, torch.rand(2)), lambda: torch.bincount(tpu(x), tpu(torch.rand(2))))
 
 
 # ---- cat, flip, roll, repeat, pad, tril/triu ------------------------------------------------

@@ -537,6 +537,65 @@ static tpu_status_t build_nonzero(tpu_build_t* b) {
   return NULL;
 }
 
+/* Element p of an integral dtype (bool excluded) as int64. */
+static int64_t elem_int(const uint8_t* p, tpu_dtype_t t) {
+  switch (t) {
+    case TPU_DTYPE_U8: return *p;
+    case TPU_DTYPE_I8: { int8_t v; memcpy(&v, p, 1); return v; }
+    case TPU_DTYPE_I16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case TPU_DTYPE_I32: { int32_t v; memcpy(&v, p, 4); return v; }
+    default: { int64_t v; memcpy(&v, p, 8); return v; }
+  }
+}
+
+/* bincount(self, weights=None, minlength=0): the output length max(max(self) + 1,
+ * minlength) depends on the data, so the builder reads the input (a host-read cut point,
+ * like nonzero). Checks, their order and the result dtype as ATen's CPU kernel: int64
+ * counts; weights summed as float32 when they are float32, else as float64; an empty input
+ * gives int64 zeros whatever the weights. */
+static tpu_status_t build_bincount(tpu_build_t* b) {
+  const tpu_view_t *self, *w;
+  int64_t minlength;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 1, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 2, 0, &minlength));
+  tpu_dtype_t t = self->dtype;
+  if (t != TPU_DTYPE_U8 && t != TPU_DTYPE_I8 && t != TPU_DTYPE_I16 && t != TPU_DTYPE_I32 && t != TPU_DTYPE_I64)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "\"bincount_cpu\" not implemented for '%s'", tpu__dtype_c10_name(t));
+  if (w && (w->dtype == TPU_DTYPE_C64 || w->dtype == TPU_DTYPE_C128))
+    return tpu__err(b, TPU_UNIMPLEMENTED, "bincount with complex weights");
+  if (minlength < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "minlength should be >= 0");
+  int64_t n = tpu_view_numel(self), nbins = minlength;
+  tpu_dtype_t out_dt = TPU_DTYPE_I64;
+  if (!(self->ndim == 1 && n == 0)) {
+    if (self->ndim != 1) return tpu__err(b, TPU_INVALID_ARGUMENT, "bincount only supports 1-d non-negative integral inputs.");
+    size_t es = tpu_dtype_size(t);
+    uint8_t* raw = tpu__malloc(es * (size_t)n);
+    tpu_status_t st = raw ? tpu_copy_to_host(self, raw) : tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t i = 0; !st && i < n; ++i) {
+      int64_t v = elem_int(raw + (size_t)i * es, t);
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    tpu__free(raw);
+    if (st) return tpu_status_annotate(st, "%s: reading the input", b->name);
+    if (lo < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "bincount only supports 1-d non-negative integral inputs.");
+    if (hi == INT64_MAX) return tpu__err(b, TPU_INVALID_ARGUMENT, "maximum value of input overflowed, it should be < %lld", (long long)INT64_MAX);
+    if (w && (w->ndim != 1 || w->sizes[0] != n))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "weights should be 1-d and have the same length as input");
+    if (hi + 1 > nbins) nbins = hi + 1;
+    if (w) out_dt = w->dtype == TPU_DTYPE_F32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64;
+  }
+  tpu_node_t* node = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(node, self));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, out_dt == TPU_DTYPE_I64 ? NULL : w));
+  node->kind = TPU_KIND_BINCOUNT;
+  node->compute = out_dt;
+  tpu__node_add_output(node, out_dt, 1, &nbins);
+  return NULL;
+}
+
 /* ---- cat ------------------------------------------------------------------------------- */
 
 static bool cat_skipped(const tpu_view_t* t) { return t->ndim == 1 && t->sizes[0] == 0; }
@@ -1214,6 +1273,7 @@ const tpu_aten_entry_t tpu__aten_index[] = {
     {"masked_select", build_masked_select, NULL}, {"masked_select.out", build_masked_select, NULL},
     {"masked_scatter_", build_masked_scatter, NULL},
     {"nonzero", build_nonzero, NULL}, {"nonzero.out", build_nonzero, NULL},
+    {"bincount", build_bincount, NULL},
     {"cat", build_cat, NULL, TPU_ATEN_COMPLEX}, {"cat.out", build_cat, NULL, TPU_ATEN_COMPLEX},
     {"flip", build_flip, NULL, TPU_ATEN_COMPLEX},
     {"unfold_backward", build_unfold_backward, NULL},

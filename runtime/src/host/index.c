@@ -19,6 +19,7 @@
  *   MASKED_SELECT in: self, mask                  ia[0] count, ilist: broadcast shape
  *   MASKED_SCATTER in: self, mask, source
  *   NONZERO       in: self                        ia[0] count
+ *   BINCOUNT      in: self, weights?              out: counts (i64) or weight sums (compute)
  *   CAT           in: tensors...                  ia[0] dim
  *   FLIP          in: self                        ilist: 1 per flipped dim
  *   ROLL          in: self                        ilist: shift per dim; ia[0] flat, ia[1] shift
@@ -595,6 +596,32 @@ done:
   return st;
 }
 
+/* Counts, or weight sums in the output dtype, added in input order as ATen's CPU kernel
+ * does. The builder sized the output from the input's maximum. */
+static tpu_status_t bincount_kernel(tpu_node_t* n) {
+  tpu_operand_t* out = &n->out[0];
+  const tpu_operand_t* w = n->in[1].value ? &n->in[1] : NULL;
+  int64_t len = tpu__operand_numel(&n->in[0]), nbins = out->sizes[0];
+  tpu_dtype_t dt = out->dtype;
+  int64_t* v = len ? pack(&n->in[0], TPU_DTYPE_I64) : NULL;
+  void* wv = w && len ? pack(w, dt) : NULL;
+  void* acc = xalloc(nbins, tpu_dtype_size(dt));
+  tpu_status_t st = NULL;
+  if ((len && !v) || (w && len && !wv) || !acc) { st = TPU_HOST_NOMEM(); goto done; }
+  memset(acc, 0, (size_t)nbins * tpu_dtype_size(dt));
+  for (int64_t i = 0; i < len; ++i) {
+    int64_t k = v[i];
+    if (k < 0 || k >= nbins) { st = count_changed(n); goto done; }
+    if (dt == TPU_DTYPE_I64) ((int64_t*)acc)[k] += 1;
+    else if (dt == TPU_DTYPE_F32) ((float*)acc)[k] += ((const float*)wv)[i];
+    else ((double*)acc)[k] += ((const double*)wv)[i];
+  }
+  tpu__unpack(out, acc, dt);
+done:
+  tpu__free(v); tpu__free(wv); tpu__free(acc);
+  return st;
+}
+
 /* ---- cat, flip, roll, repeat, pad, tril ---------------------------------------------- */
 
 static tpu_status_t cat_kernel(tpu_node_t* n) {
@@ -1156,6 +1183,7 @@ void tpu__host_register_index(tpu_host_kernel_fn* table) {
   table[TPU_KIND_MASKED_SELECT] = masked_select_kernel;
   table[TPU_KIND_MASKED_SCATTER] = masked_scatter_kernel;
   table[TPU_KIND_NONZERO] = nonzero_kernel;
+  table[TPU_KIND_BINCOUNT] = bincount_kernel;
   table[TPU_KIND_CAT] = cat_kernel;
   table[TPU_KIND_FLIP] = flip_kernel;
   table[TPU_KIND_ROLL] = roll_kernel;
