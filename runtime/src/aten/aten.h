@@ -80,6 +80,9 @@ tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tp
 /* Adds input from a tensor or scalar argument (scalars become scalar operands with
  * dtype for promotion taken from the argument). */
 tpu_status_t tpu__input_from_arg(tpu_build_t* b, int i);
+/* fill_'s value (argument 1: a scalar or a 0-dim tensor, as fill_ checks it) as the
+ * node's next input. */
+tpu_status_t tpu__fill_value_input(tpu_build_t* b);
 
 /* Wraps negative dims; IndexError naming the op when out of range. */
 tpu_status_t tpu__wrap_dim(tpu_build_t* b, int64_t dim, int ndim, int* out_dim);

@@ -88,12 +88,7 @@ static tpu_status_t build_cfill(tpu_build_t* b) {
   if (b->data) {
     TPU_RETURN_IF_ERROR(tpu__node_add_scalar(b->node, 0.0, 0, TPU_DTYPE_I64));
   } else {
-    const tpu_arg_t* v = tpu__arg(b, 1);
-    if (v && v->kind == TPU_ARG_TENSOR && v->tensor.ndim != 0)
-      return tpu__err(b, TPU_INVALID_ARGUMENT,
-                      "fill_ only supports 0-dimension value tensor but got tensor with %d dimensions.",
-                      v->tensor.ndim);
-    TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, 1));
+    TPU_RETURN_IF_ERROR(tpu__fill_value_input(b));
   }
   b->node->kind = TPU_KIND_C_IDENT;
   b->node->compute = tpu__complex_of(tpu__real_of(self->dtype) == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32);

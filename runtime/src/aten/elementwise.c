@@ -482,16 +482,20 @@ static tpu_status_t build_log_sigmoid(tpu_build_t* b) {
   return NULL;
 }
 
-/* fill_(self, value): output 0 is self, the single input the scalar/0-dim value. */
-static tpu_status_t build_fill(tpu_build_t* b) {
-  const tpu_view_t* self;
-  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
+tpu_status_t tpu__fill_value_input(tpu_build_t* b) {
   const tpu_arg_t* v = tpu__arg(b, 1);
   if (v && v->kind == TPU_ARG_TENSOR && v->tensor.ndim != 0)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "fill_ only supports 0-dimension value tensor but got tensor with %d dimensions.",
                     v->tensor.ndim);
-  TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, 1));
+  return tpu__input_from_arg(b, 1);
+}
+
+/* fill_(self, value): output 0 is self, the single input the scalar/0-dim value. */
+static tpu_status_t build_fill(tpu_build_t* b) {
+  const tpu_view_t* self;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
+  TPU_RETURN_IF_ERROR(tpu__fill_value_input(b));
   b->node->kind = TPU_KIND_FILL;
   b->node->compute = tpu__compute_dtype(self->dtype);
   tpu__node_add_output(b->node, self->dtype, self->ndim, self->sizes);

@@ -18,35 +18,23 @@
 
 /* ---- elementwise tiles ------------------------------------------------------------------- */
 
-#define CTILE(name, BODY)                                                                  \
-  static void name##_c64(int64_t n, void* out, const void* const* in, const tpu_node_t* node) { \
-    float* o = out;                                                                        \
-    const float* x = in[0];                                                                \
-    const float* y = node->n_in > 1 ? in[1] : NULL;                                        \
-    (void)y;                                                                               \
+/* name_c64 / name_c128 from one body on doubles a + bi (x) and c + di (y, 0 if absent),
+ * giving re + i im; the output is stored in the element type T. */
+#define CTILE_T(name, SFX, T, BODY)                                                        \
+  static void name##_##SFX(int64_t n, void* out, const void* const* in, const tpu_node_t* node) { \
+    T* o = out;                                                                            \
+    const T* x = in[0];                                                                    \
+    const T* y = node->n_in > 1 ? in[1] : NULL;                                            \
     for (int64_t i = 0; i < n; ++i) {                                                      \
       double a = x[2 * i], b = x[2 * i + 1], c = y ? y[2 * i] : 0, d = y ? y[2 * i + 1] : 0; \
       double re, im;                                                                       \
       (void)b; (void)c; (void)d;                                                           \
       BODY;                                                                                \
-      o[2 * i] = (float)re;                                                                \
-      o[2 * i + 1] = (float)im;                                                            \
-    }                                                                                      \
-  }                                                                                        \
-  static void name##_c128(int64_t n, void* out, const void* const* in, const tpu_node_t* node) { \
-    double* o = out;                                                                       \
-    const double* x = in[0];                                                               \
-    const double* y = node->n_in > 1 ? in[1] : NULL;                                       \
-    (void)y;                                                                               \
-    for (int64_t i = 0; i < n; ++i) {                                                      \
-      double a = x[2 * i], b = x[2 * i + 1], c = y ? y[2 * i] : 0, d = y ? y[2 * i + 1] : 0; \
-      double re, im;                                                                       \
-      (void)b; (void)c; (void)d;                                                           \
-      BODY;                                                                                \
-      o[2 * i] = re;                                                                       \
-      o[2 * i + 1] = im;                                                                   \
+      o[2 * i] = (T)re;                                                                    \
+      o[2 * i + 1] = (T)im;                                                                \
     }                                                                                      \
   }
+#define CTILE(name, BODY) CTILE_T(name, c64, float, BODY) CTILE_T(name, c128, double, BODY)
 
 /* Smith's algorithm: no overflow of c*c + d*d for large denominators. */
 static inline void cdiv(double a, double b, double c, double d, double* re, double* im) {
