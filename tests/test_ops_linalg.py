@@ -192,6 +192,14 @@ CONV_CASES = [
     ((1, 4, 5, 5), (4, 1, 3, 3), dict(stride=1, padding=1, groups=4)),
     ((3, 6, 4, 4), (8, 6, 1, 1), dict()),
     ((1, 2, 4, 5, 4), (3, 2, 2, 3, 2), dict(stride=(1, 2, 1), padding=1)),
+    # batches of small images run as blocks of images per GEMM (19: a partial last block)
+    ((19, 4, 6, 5), (6, 2, 3, 3), dict(stride=1, padding=1, groups=2)),
+    ((19, 6, 3, 3), (4, 6, 1, 1), dict()),
+    ((21, 3, 17), (5, 3, 4), dict(stride=3, padding=2)),
+    # stride 1 with the output as wide as the input: im2col copies whole runs of lines
+    ((3, 2, 7, 9), (3, 2, 3, 3), dict(padding=2, dilation=2)),
+    ((2, 3, 6, 7), (4, 3, 2, 3), dict(padding=(0, 1))),
+    ((2, 2, 3, 4), (2, 2, 5, 3), dict(padding=(3, 1))),  # taps entirely above/below the image
 ]
 CONV_FNS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}
 
@@ -229,9 +237,13 @@ def test_conv_backward(dtype, case, gen, native):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_conv_transposed(dtype, gen, native):
-    x, w, b = make((2, 4, 5, 4), dtype, gen), make((4, 3, 3, 2), dtype, gen), make((6,), dtype, gen)
-    kw = dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2, dilation=(1, 2))
+@pytest.mark.parametrize("n, ws, kw", [
+    (2, (4, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2, dilation=(1, 2))),
+    (19, (4, 3, 3, 2), dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0), groups=2, dilation=(1, 2))),
+    (19, (4, 6, 1, 1), dict()),  # 1x1: no col2im
+])
+def test_conv_transposed(dtype, n, ws, kw, gen, native):
+    x, w, b = make((n, 4, 5, 4), dtype, gen), make(ws, dtype, gen), make((ws[1] * kw.get("groups", 1),), dtype, gen)
     cpu_in = [t.clone().requires_grad_() for t in (x, w, b)]
     tpu_in = [tpu(t).requires_grad_() for t in (x, w, b)]
     want, got = F.conv_transpose2d(*cpu_in, **kw), F.conv_transpose2d(*tpu_in, **kw)

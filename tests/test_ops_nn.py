@@ -613,6 +613,45 @@ def test_group_norm_backward(dtype):
         close(a, e, scale=4)
 
 
+# ---- batch norm ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(8, 6, 9, 7), (64, 16, 16, 16), (3, 5)])
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm(dtype, shape, training):
+    """Forward, backward and the running statistics, train and eval; the shapes give runs
+    with and without a vector tail, enough channels x elements to run over the pool, and
+    a 2-d input (inner size 1)."""
+    torch.manual_seed(31)
+    c = shape[1]
+    x = (torch.randn(shape) * 2 + 0.5).to(dtype).requires_grad_()
+    w, b = torch.randn(c).to(dtype).requires_grad_(), torch.randn(c).to(dtype).requires_grad_()
+    rm, rv = torch.randn(c).to(dtype), torch.rand(c).to(dtype) + 0.5
+    rm_t, rv_t = tpu(rm, rv)
+    fn = lambda rm, rv: lambda x, w, b: F.batch_norm(x, rm, rv, w, b, training=training, momentum=0.3)
+    oc, gc = grads(fn(rm, rv), (x, w, b))
+    with native("native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
+                "_native_batch_norm_legit_no_training"):
+        ot, gt = grads(fn(rm_t, rv_t), tpu(x, w, b))
+    close(ot, oc.detach(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=4)
+    close(rm_t, rm)
+    close(rv_t, rv)
+
+
+def test_batch_norm_channels_last_and_input_grad_only():
+    torch.manual_seed(32)
+    x = torch.randn(4, 8, 5, 6).to(memory_format=torch.channels_last).requires_grad_()
+    w, b = torch.randn(8), torch.randn(8)
+    fn = lambda x: F.batch_norm(x, None, None, w.to(x.device), b.to(x.device), training=True)
+    oc, gc = grads(fn, (x,))
+    ot, gt = grads(fn, (tpu(x),))
+    close(ot, oc.detach(), scale=2)
+    close(gt[0], gc[0], scale=4)
+
+
 def test_group_norm_backward_output_mask_out_and_empty():
     torch.manual_seed(28)
     x, dy, w = torch.randn(3, 4, 5), torch.randn(3, 4, 5), torch.randn(4)

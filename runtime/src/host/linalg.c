@@ -1,6 +1,6 @@
 /* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS (bf16
  * GEMM through host/gemm_avx512bf16.c where the CPU has AVX512-BF16),
- * convolution as im2col + GEMM, and 2-d pooling.
+ * convolution as im2col + GEMM over blocks of images, and 2-d pooling.
  *
  * Node layouts (set by aten/linalg.c):
  *  GEMM      in[0] A viewed [batch, M, K], in[1] B viewed [batch, K, N], in[2] C (the
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "host/host.h"
+#include "host/vmath.h"
 
 /* OpenBLAS always runs single-threaded: its own thread server spins between calls and,
  * on a small machine, competes for the cores with the Python thread, the queue thread and
@@ -366,84 +367,106 @@ typedef struct i2c_s {
   tpu_dtype_t cd;
   const conv_geom_t* g;
   void *img, *col;
+  int64_t ld; /* col's row stride (elements) */
   bool add;
 } i2c_t;
+
+/* The rows of col for channels [cb, ce). Along the last dim, the in-image run of
+ * positions [xa, xb) depends only on the kernel offset, so it is found once per row; each
+ * output line then copies that run (short runs as a loop: a memcpy call costs more than
+ * the 8 or 16 elements of a small feature map) and clears the padding around it. */
+#define I2C_ROWS(T, SFX, ACC)                                                                   \
+  TPU_ISA_CLONES static void i2c_rows_##SFX(const i2c_t* ic, int64_t cb, int64_t ce) {         \
+    const conv_geom_t* g = ic->g;                                                               \
+    T *img = ic->img, *col = ic->col;                                                           \
+    int nd = g->nd, ld = nd - 1;                                                                \
+    int64_t inner = g->pos[ld], outer = g->npos / (inner ? inner : 1);                          \
+    int64_t sw = g->s[ld], W = g->img[ld];                                                      \
+    bool flat = nd == 2 && g->s[0] == 1 && sw == 1 && inner == W;                               \
+    for (int64_t r = cb * g->kk; r < ce * g->kk; ++r) {                                         \
+      int64_t c = r / g->kk, kr = r % g->kk, kv[3] = {0, 0, 0};                                 \
+      for (int d = nd - 1; d >= 0; --d) { kv[d] = kr % g->k[d]; kr /= g->k[d]; }                \
+      /* positions [xa, xb) of the line read inside the image (iw = w0 + x*sw in [0, W)) */    \
+      int64_t w0 = -g->p[ld] + kv[ld] * g->d[ld];                                               \
+      int64_t xa = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;                                           \
+      int64_t xb = W - w0 <= 0 ? 0 : (W - w0 + sw - 1) / sw;                                    \
+      if (xb > inner) xb = inner;                                                               \
+      if (xa > xb) xa = xb;                                                                     \
+      if (flat) { /* 2-d, stride 1, output as wide as the image: lines in a row line up */  \
+        int64_t top = kv[0] * g->d[0] - g->p[0]; /* image line of output line 0 */           \
+        int64_t oa = top >= 0 ? 0 : -top, ob = g->img[0] - top < outer ? g->img[0] - top : outer; \
+        T* cl = col + r * ic->ld;                                                               \
+        int64_t ib = c * g->nimg + top * W + w0; /* img index of line 0's position 0 */     \
+        if (ob <= oa) { oa = ob = 0; }                                                          \
+        if (ic->add) {                                                                          \
+          for (int64_t o = oa; o < ob; ++o)                                                     \
+            for (int64_t x = xa; x < xb; ++x) ACC(img[ib + o * W + x], cl[o * inner + x]);      \
+          continue;                                                                             \
+        }                                                                                       \
+        /* the in-image part of every line in one copy, then the padding cleared */          \
+        if (ob > oa && xb > xa)                                                                 \
+          memcpy(cl + oa * inner + xa, img + ib + oa * W + xa,                                   \
+                 sizeof(T) * (size_t)((ob - oa - 1) * inner + xb - xa));                        \
+        for (int64_t x = 0; x < oa * inner; ++x) cl[x] = 0;                                     \
+        for (int64_t o = oa; o < ob; ++o) {                                                     \
+          for (int64_t x = 0; x < xa; ++x) cl[o * inner + x] = 0;                               \
+          for (int64_t x = xb; x < inner; ++x) cl[o * inner + x] = 0;                           \
+        }                                                                                       \
+        for (int64_t x = ob * inner; x < outer * inner; ++x) cl[x] = 0;                         \
+        continue;                                                                               \
+      }                                                                                         \
+      int64_t ov[3] = {0, 0, 0}; /* multi-index over dims 0..nd-2 of outer position o */       \
+      for (int64_t o = 0; o < outer; ++o) {                                                     \
+        if (o > 0)                                                                              \
+          for (int d = nd - 2; d >= 0; --d) {                                                   \
+            if (++ov[d] < g->pos[d]) break;                                                     \
+            ov[d] = 0;                                                                          \
+          }                                                                                     \
+        bool ok = true;                                                                         \
+        int64_t off = 0;                                                                        \
+        for (int d = 0; d < ld; ++d) {                                                          \
+          int64_t iv = ov[d] * g->s[d] - g->p[d] + kv[d] * g->d[d];                             \
+          if (iv < 0 || iv >= g->img[d]) { ok = false; break; }                                 \
+          off = off * g->img[d] + iv;                                                           \
+        }                                                                                       \
+        T* cl = col + r * ic->ld + o * inner;                                                   \
+        const int64_t a = ok ? xa : 0, b = ok ? xb : 0;                                         \
+        T* im = img + c * g->nimg + off * W;                                                    \
+        if (ic->add) {                                                                          \
+          for (int64_t x = a; x < b; ++x) ACC(im[w0 + x * sw], cl[x]);                          \
+          continue;                                                                             \
+        }                                                                                       \
+        for (int64_t x = 0; x < a; ++x) cl[x] = 0;                                              \
+        if (sw == 1 && b - a >= 64) memcpy(cl + a, im + w0 + a, sizeof(T) * (size_t)(b - a));   \
+        else if (sw == 1) for (int64_t x = a; x < b; ++x) cl[x] = im[w0 + x];                   \
+        else for (int64_t x = a; x < b; ++x) cl[x] = im[w0 + x * sw];                           \
+        for (int64_t x = b; x < inner; ++x) cl[x] = 0;                                          \
+      }                                                                                         \
+    }                                                                                           \
+  }
+#define ACC_ADD(d, v) ((d) += (v))
+#define ACC_WRAP(d, v) ((d) = (int64_t)((uint64_t)(d) + (uint64_t)(v)))
+I2C_ROWS(float, f32, ACC_ADD)
+I2C_ROWS(double, f64, ACC_ADD)
+I2C_ROWS(int64_t, i64, ACC_WRAP)
+#undef ACC_ADD
+#undef ACC_WRAP
 
 /* Channels [cb, ce): their rows of col and their planes of img belong to no other
  * channel, so col2im's accumulation never crosses threads. */
 static tpu_status_t im2col_channels(void* arg, int64_t cb, int64_t ce, int tid) {
-  i2c_t* ic = arg;
-  tpu_dtype_t cd = ic->cd;
-  const conv_geom_t* g = ic->g;
-  void *img = ic->img, *col = ic->col;
-  bool add = ic->add;
-  int nd = g->nd;
-  int64_t inner = g->pos[nd - 1], outer = g->npos / (inner ? inner : 1);
-  for (int64_t r = cb * g->kk; r < ce * g->kk; ++r) {
-    int64_t c = r / g->kk, kr = r % g->kk, kv[3] = {0, 0, 0};
-    for (int d = nd - 1; d >= 0; --d) { kv[d] = kr % g->k[d]; kr /= g->k[d]; }
-    int64_t ov[3] = {0, 0, 0}; /* multi-index over dims 0..nd-2 of outer position o */
-    for (int64_t o = 0; o < outer; ++o) {
-      if (o > 0)
-        for (int d = nd - 2; d >= 0; --d) {
-          if (++ov[d] < g->pos[d]) break;
-          ov[d] = 0;
-        }
-      int64_t base = c * g->nimg, ok = 1;
-      int64_t off = 0;
-      for (int d = 0; d < nd - 1; ++d) {
-        int64_t iv = ov[d] * g->s[d] - g->p[d] + kv[d] * g->d[d];
-        if (iv < 0 || iv >= g->img[d]) { ok = 0; break; }
-        off = off * g->img[d] + iv;
-      }
-      int64_t cidx = r * g->npos + o * inner;
-      int ld = nd - 1;
-      int64_t w0 = -g->p[ld] + kv[ld] * g->d[ld], sw = g->s[ld], W = g->img[ld];
-      off = ok ? off * W : 0;
-      /* positions [xa, xb) of this row read inside the image (iw = w0 + x*sw in [0, W)) */
-      int64_t xa = 0, xb = 0;
-      if (ok && sw == 1) {
-        xa = w0 >= 0 ? 0 : -w0;
-        xb = W - w0 <= 0 ? 0 : W - w0;
-      } else if (ok) {
-        xa = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;
-        xb = W - w0 <= 0 ? 0 : (W - w0 + sw - 1) / sw;
-      }
-      if (ok) {
-        if (xb > inner) xb = inner;
-        if (xa > xb) xa = xb;
-      }
-#define I2C_ROW(T, ACC)                                                                    \
-  {                                                                                        \
-    T* cl = (T*)col + cidx;                                                                \
-    T* im = (T*)img + base + off;                                                          \
-    if (add) {                                                                             \
-      for (int64_t x = xa; x < xb; ++x) ACC(im[w0 + x * sw], cl[x]);                       \
-    } else {                                                                               \
-      for (int64_t x = 0; x < xa; ++x) cl[x] = 0;                                          \
-      if (sw == 1 && xb > xa) memcpy(cl + xa, im + w0 + xa, sizeof(T) * (size_t)(xb - xa)); \
-      else for (int64_t x = xa; x < xb; ++x) cl[x] = im[w0 + x * sw];                      \
-      for (int64_t x = xb; x < inner; ++x) cl[x] = 0;                                      \
-    }                                                                                      \
-  }
-#define ACC_ADD(d, v) ((d) += (v))
-#define ACC_WRAP(d, v) ((d) = (int64_t)((uint64_t)(d) + (uint64_t)(v)))
-      if (cd == TPU_DTYPE_F32) I2C_ROW(float, ACC_ADD)
-      else if (cd == TPU_DTYPE_F64) I2C_ROW(double, ACC_ADD)
-      else I2C_ROW(int64_t, ACC_WRAP)
-#undef I2C_ROW
-#undef ACC_ADD
-#undef ACC_WRAP
-    }
-  }
+  const i2c_t* ic = arg;
+  if (ic->cd == TPU_DTYPE_F32) i2c_rows_f32(ic, cb, ce);
+  else if (ic->cd == TPU_DTYPE_F64) i2c_rows_f64(ic, cb, ce);
+  else i2c_rows_i64(ic, cb, ce);
   return NULL;
 }
 
-/* col[(c, kernel offset), position] = img[c, position*s - p + offset*d] (0 outside).
- * With add set, the reverse: img += col at those places (col2im). */
-static void im2col(tpu_dtype_t cd, const conv_geom_t* g, int64_t C, void* img, void* col, bool add) {
+/* col[(c, kernel offset), position] = img[c, position*s - p + offset*d] (0 outside), col's
+ * rows ld elements apart. With add set, the reverse: img += col at those places (col2im). */
+static void im2col(tpu_dtype_t cd, const conv_geom_t* g, int64_t C, void* img, void* col, int64_t ld, bool add) {
   if (g->npos == 0) return;
-  i2c_t ic = {cd, g, img, col, add};
+  i2c_t ic = {cd, g, img, col, ld, add};
   if (C > 1 && C * g->kk * g->npos >= TPU_PARALLEL_MIN_WORK)
     tpu_status_free(tpu__parallel_for(C, TPU_PARALLEL_MIN_WORK / (g->kk * g->npos) + 1, im2col_channels, &ic));
   else
@@ -473,156 +496,319 @@ static bool conv_is_identity(const conv_geom_t* g) {
   return true;
 }
 
-static void* alloc_elems(int64_t n, size_t esz) {
+/* n elements of esz bytes, cleared or not; NULL on overflow or OOM. */
+static void* alloc_elems(int64_t n, size_t esz, bool clear) {
   uint64_t bytes;
   if (n < 0 || !tpu__mul_ok((uint64_t)n, esz, &bytes)) return NULL;
-  return tpu__calloc(1, (size_t)(bytes ? bytes : 1));
-}
-
-static void add_bias(tpu_dtype_t cd, void* y, const void* bias, int64_t N, int64_t C, int64_t L) {
-  for (int64_t i = 0; i < N * C; ++i) {
-    int64_t c = i % C;
-    if (cd == TPU_DTYPE_F32) { float* p = (float*)y + i * L; float b = ((const float*)bias)[c]; for (int64_t l = 0; l < L; ++l) p[l] += b; }
-    else if (cd == TPU_DTYPE_F64) { double* p = (double*)y + i * L; double b = ((const double*)bias)[c]; for (int64_t l = 0; l < L; ++l) p[l] += b; }
-    else { int64_t* p = (int64_t*)y + i * L; int64_t b = ((const int64_t*)bias)[c]; for (int64_t l = 0; l < L; ++l) p[l] = (int64_t)((uint64_t)p[l] + (uint64_t)b); }
-  }
+  return clear ? tpu__calloc(1, (size_t)(bytes ? bytes : 1)) : tpu__malloc((size_t)(bytes ? bytes : 1));
 }
 
 static bool conv_dims_fit(const conv_geom_t* g, int64_t a, int64_t b) {
   return fits_blasint(g->kk * a) && fits_blasint(g->npos) && fits_blasint(g->nimg) && fits_blasint(b);
 }
 
-static tpu_status_t conv_kernel(tpu_node_t* n) {
-  const tpu_operand_t *X = &n->in[0], *W = &n->in[1], *Bs = &n->in[2];
-  tpu_operand_t* Y = &n->out[0];
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t groups = n->ia[1];
-  bool transposed = n->ia[2] != 0;
-  int64_t N = X->sizes[0], Cin = X->sizes[1], Cout = Y->sizes[1];
-  int64_t Cin_g = Cin / groups, Cout_g = Cout / groups;
+/* Convolution runs on blocks of images: a block of nb images is one GEMM with nb *
+ * positions columns (im2col writes the images' columns side by side; channel planes are
+ * gathered into, and scattered out of, [channels, nb * L] matrices), so small images
+ * still make GEMMs of useful width. Blocks are split into `parts` fixed by the shape,
+ * not by the thread count, and the parts run over the pool (each one's GEMMs single-
+ * threaded; a single part runs on the caller with GEMMs split over the pool instead).
+ * The weight gradient is summed per part and the part sums are added in part order, so
+ * the result does not depend on how many threads ran them. */
+#define CONV_BLOCK_COLS 1024                 /* target GEMM width of a block */
+#define CONV_COL_BYTES (4 << 20)             /* cap on one block's im2col matrix */
+#define CONV_MAX_PARTS 16
+#define CONV_PARTIAL_BYTES ((int64_t)32 << 20) /* cap on the weight-gradient part sums */
+
+typedef struct conv_s {
+  tpu_dtype_t cd;
+  size_t csz;
   conv_geom_t g;
-  /* The image is the larger side: the input for convolution, the output if transposed. */
-  if (transposed) conv_geom(n, Y, X, W, &g);
-  else conv_geom(n, X, Y, W, &g);
-  if (!conv_dims_fit(&g, transposed ? Cout_g : Cin_g, Cout_g))
-    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
-  int64_t L_in = 1, L_out = 1;
-  for (int d = 0; d < g.nd; ++d) { L_in *= X->sizes[2 + d]; L_out *= Y->sizes[2 + d]; }
-  int64_t ny = tpu__operand_numel(Y);
-  if (ny == 0) return NULL;
-  /* dense operands are read (and a dense output written) in place */
-  void *xo, *wo, *yo;
-  const void* x = tpu__dense_in(X, cd, &xo);
-  const void* w = tpu__dense_in(W, cd, &wo);
-  void* y = tpu__dense_out(n, Y, cd, transposed /* col2im accumulates */, &yo);
-  bool ident = conv_is_identity(&g);
-  void* col = ident ? NULL : alloc_elems((transposed ? Cout_g : Cin_g) * g.kk * g.npos, csz);
-  void* bias = Bs->value ? tpu__pack_alloc(Bs, cd) : NULL;
-  tpu_status_t st = NULL;
-  if (!x || !w || !y || (!ident && !col) || (Bs->value && !bias)) { st = TPU_HOST_NOMEM(); goto done; }
-  for (int64_t b = 0; b < N; ++b) {
-    for (int64_t gi = 0; gi < groups; ++gi) {
-      /* (im2col without add only reads the image) */
-      char* xg = (char*)x + (size_t)((b * Cin + gi * Cin_g) * L_in) * csz;
-      char* yg = (char*)y + (size_t)((b * Cout + gi * Cout_g) * L_out) * csz;
-      if (!transposed) {
-        /* y_g[Cout_g, L_out] = w_g[Cout_g, Cin_g*kk] @ col[Cin_g*kk, L_out] */
-        const char* wg = (char*)w + (size_t)(gi * Cout_g * Cin_g * g.kk) * csz;
-        const void* cm = xg;
-        if (!ident) { im2col(cd, &g, Cin_g, xg, col, false); cm = col; }
-        gemm_dense(cd, false, false, Cout_g, L_out, Cin_g * g.kk, 1.0, wg, Cin_g * g.kk, cm,
-                   L_out, 0.0, yg, L_out);
-      } else {
-        /* col[Cout_g*kk, L_in] = w_g^T @ x_g, w_g = [Cin_g, Cout_g*kk]; then col2im */
-        const char* wg = (char*)w + (size_t)(gi * Cin_g * Cout_g * g.kk) * csz;
-        void* cm = ident ? yg : col;
-        gemm_dense(cd, true, false, Cout_g * g.kk, L_in, Cin_g, 1.0, wg, Cout_g * g.kk, xg, L_in,
-                   0.0, cm, L_in);
-        if (!ident) im2col(cd, &g, Cout_g, yg, col, true);
+  bool transposed, ident, need_gi, need_gw;
+  int64_t N, groups, Cin, Cout, Cin_g, Cout_g, L_in, L_out;
+  int64_t kc;                  /* rows of the im2col matrix */
+  int64_t nb, nblocks, parts;
+  const char *x, *w, *go, *bias;
+  char *y, *gi;                /* forward output / input gradient */
+  char** gw;                   /* weight gradient sum of each part (gw[0] is the output) */
+} conv_t;
+
+static void conv_blocks(conv_t* c, bool need_gw, int64_t per_image_cols) {
+  int64_t Lp = c->g.npos;
+  int64_t nb = Lp >= CONV_BLOCK_COLS ? 1 : CONV_BLOCK_COLS / (Lp ? Lp : 1);
+  int64_t spread = (c->N + 7) / 8; /* leave at least 8 blocks where the batch allows */
+  int64_t fit = CONV_COL_BYTES / (int64_t)c->csz / (per_image_cols ? per_image_cols : 1);
+  if (nb > spread) nb = spread;
+  if (nb > fit) nb = fit;
+  if (nb < 1) nb = 1;
+  c->nb = nb;
+  c->nblocks = (c->N + nb - 1) / nb;
+  int64_t parts = c->nblocks;
+  if (need_gw) {
+    int64_t gw_bytes = (c->transposed ? c->Cin * c->Cout_g : c->Cout * c->Cin_g) * c->g.kk * (int64_t)c->csz;
+    if (parts > CONV_MAX_PARTS) parts = CONV_MAX_PARTS;
+    while (parts > 1 && parts * gw_bytes > CONV_PARTIAL_BYTES) parts--;
+  }
+  c->parts = parts;
+}
+
+/* dst [Cg, nb * L] <- channels [c0, c0 + Cg) of images [b0, b0 + nb) of src [N, Ctot, L]
+ * (to_blk), or the reverse. */
+static void blk_move(size_t csz, char* img, int64_t Ctot, int64_t c0, int64_t Cg, int64_t L,
+                     int64_t b0, int64_t nb, char* blk, bool to_blk) {
+  size_t row = (size_t)L * csz;
+  for (int64_t c = 0; c < Cg; ++c)
+    for (int64_t j = 0; j < nb; ++j) {
+      char* ip = img + (size_t)(((b0 + j) * Ctot + c0 + c) * L) * csz;
+      char* bp = blk + (size_t)((c * nb + j) * L) * csz;
+      if (to_blk) memcpy(bp, ip, row); else memcpy(ip, bp, row);
+    }
+}
+
+/* Channels [c0, c0 + Cg) of images [b0, b0 + nb) of a [N, Ctot, L] tensor as a
+ * [Cg, nb * L] matrix: in place for one image, else gathered into buf. */
+static const char* blk_in(const conv_t* c, const char* t, int64_t Ctot, int64_t c0, int64_t Cg,
+                          int64_t L, int64_t b0, int64_t nb, char* buf) {
+  if (nb == 1) return t + (size_t)((b0 * Ctot + c0) * L) * c->csz;
+  blk_move(c->csz, (char*)t, Ctot, c0, Cg, L, b0, nb, buf, true);
+  return buf;
+}
+
+/* Where a [Cg, nb * L] result goes: straight into the tensor for one image, else buf
+ * (then blk_out scatters it). */
+static char* blk_dst(const conv_t* c, char* t, int64_t Ctot, int64_t c0, int64_t L, int64_t b0,
+                     int64_t nb, char* buf) {
+  return nb == 1 ? t + (size_t)((b0 * Ctot + c0) * L) * c->csz : buf;
+}
+static void blk_out(const conv_t* c, char* t, int64_t Ctot, int64_t c0, int64_t Cg, int64_t L,
+                    int64_t b0, int64_t nb, char* buf) {
+  if (nb > 1) blk_move(c->csz, t, Ctot, c0, Cg, L, b0, nb, buf, false);
+}
+
+/* im2col (or col2im with add) of each image of the block into its columns of col. */
+static void blk_im2col(const conv_t* c, int64_t C, char* t, int64_t Ctot, int64_t c0, int64_t Limg,
+                       int64_t b0, int64_t nb, char* col, bool add) {
+  for (int64_t j = 0; j < nb; ++j)
+    im2col(c->cd, &c->g, C, t + (size_t)(((b0 + j) * Ctot + c0) * Limg) * c->csz,
+           col + (size_t)(j * c->g.npos) * c->csz, nb * c->g.npos, add);
+}
+
+static void add_bias_rows(tpu_dtype_t cd, char* y, const char* bias, int64_t b0, int64_t nb, int64_t C, int64_t L) {
+  for (int64_t i = b0 * C; i < (b0 + nb) * C; ++i) {
+    int64_t ch = i % C;
+    if (cd == TPU_DTYPE_F32) { float* p = (float*)y + i * L; float b = ((const float*)bias)[ch]; for (int64_t l = 0; l < L; ++l) p[l] += b; }
+    else if (cd == TPU_DTYPE_F64) { double* p = (double*)y + i * L; double b = ((const double*)bias)[ch]; for (int64_t l = 0; l < L; ++l) p[l] += b; }
+    else { int64_t* p = (int64_t*)y + i * L; int64_t b = ((const int64_t*)bias)[ch]; for (int64_t l = 0; l < L; ++l) p[l] = (int64_t)((uint64_t)p[l] + (uint64_t)b); }
+  }
+}
+
+/* Scratch of one part: the im2col matrix and two [channels, nb * L] matrices. */
+typedef struct conv_scratch_s { char *col, *a, *b; } conv_scratch_t;
+
+static bool scratch_open(const conv_t* c, conv_scratch_t* s) {
+  int64_t cols = c->nb * c->g.npos;
+  int64_t ch = c->Cin_g > c->Cout_g ? c->Cin_g : c->Cout_g;
+  int64_t wide = (c->L_in > c->L_out ? c->L_in : c->L_out) * c->nb;
+  *s = (conv_scratch_t){NULL, NULL, NULL};
+  /* (every element is written before it is read: no clearing) */
+  if (c->nb > 1 || !c->ident) s->col = alloc_elems(c->kc * cols, c->csz, false);
+  if (c->nb > 1) { s->a = alloc_elems(ch * wide, c->csz, false); s->b = alloc_elems(ch * wide, c->csz, false); }
+  return (s->col || (c->nb == 1 && c->ident)) && (c->nb == 1 || (s->a && s->b));
+}
+static void scratch_close(conv_scratch_t* s) { tpu__free(s->col); tpu__free(s->a); tpu__free(s->b); }
+
+static void part_range(const conv_t* c, int64_t p, int64_t* blk0, int64_t* blk1) {
+  *blk0 = p * c->nblocks / c->parts;
+  *blk1 = (p + 1) * c->nblocks / c->parts;
+}
+
+static tpu_status_t conv_fwd_parts(void* arg, int64_t pb, int64_t pe, int tid) {
+  const conv_t* c = arg;
+  conv_scratch_t s;
+  if (!scratch_open(c, &s)) { scratch_close(&s); return TPU_HOST_NOMEM(); }
+  tpu_dtype_t cd = c->cd;
+  size_t csz = c->csz;
+  int64_t kk = c->g.kk, Cin_g = c->Cin_g, Cout_g = c->Cout_g;
+  for (int64_t p = pb; p < pe; ++p) {
+    int64_t blk0, blk1;
+    part_range(c, p, &blk0, &blk1);
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      int64_t b0 = blk * c->nb, nb = c->N - b0 < c->nb ? c->N - b0 : c->nb, cols = nb * c->g.npos;
+      for (int64_t gi = 0; gi < c->groups; ++gi) {
+        if (!c->transposed) {
+          /* y_g[Cout_g, cols] = w_g[Cout_g, Cin_g*kk] @ col[Cin_g*kk, cols] */
+          const char* wg = c->w + (size_t)(gi * Cout_g * Cin_g * kk) * csz;
+          const char* cm;
+          if (c->ident) cm = blk_in(c, c->x, c->Cin, gi * Cin_g, Cin_g, c->L_in, b0, nb, s.col);
+          else { blk_im2col(c, Cin_g, (char*)c->x, c->Cin, gi * Cin_g, c->L_in, b0, nb, s.col, false); cm = s.col; }
+          char* out = blk_dst(c, c->y, c->Cout, gi * Cout_g, c->L_out, b0, nb, s.a);
+          gemm_dense(cd, false, false, Cout_g, cols, Cin_g * kk, 1.0, wg, Cin_g * kk, cm, cols, 0.0, out,
+                     nb == 1 ? c->L_out : cols);
+          blk_out(c, c->y, c->Cout, gi * Cout_g, Cout_g, c->L_out, b0, nb, s.a);
+        } else {
+          /* col[Cout_g*kk, cols] = w_g^T @ x_g, w_g = [Cin_g, Cout_g*kk]; then col2im */
+          const char* wg = c->w + (size_t)(gi * Cin_g * Cout_g * kk) * csz;
+          const char* xb = blk_in(c, c->x, c->Cin, gi * Cin_g, Cin_g, c->L_in, b0, nb, s.a);
+          char* out = c->ident ? blk_dst(c, c->y, c->Cout, gi * Cout_g, c->L_out, b0, nb, s.b) : s.col;
+          gemm_dense(cd, true, false, Cout_g * kk, cols, Cin_g, 1.0, wg, Cout_g * kk, xb, cols, 0.0, out,
+                     c->ident && nb == 1 ? c->L_out : cols);
+          if (c->ident) blk_out(c, c->y, c->Cout, gi * Cout_g, Cout_g, c->L_out, b0, nb, s.b);
+          else blk_im2col(c, Cout_g, c->y, c->Cout, gi * Cout_g, c->L_out, b0, nb, s.col, true);
+        }
+      }
+      if (c->bias) add_bias_rows(cd, c->y, c->bias, b0, nb, c->Cout, c->L_out);
+    }
+  }
+  scratch_close(&s);
+  return NULL;
+}
+
+static tpu_status_t conv_bwd_parts(void* arg, int64_t pb, int64_t pe, int tid) {
+  const conv_t* c = arg;
+  conv_scratch_t s;
+  if (!scratch_open(c, &s)) { scratch_close(&s); return TPU_HOST_NOMEM(); }
+  tpu_dtype_t cd = c->cd;
+  size_t csz = c->csz;
+  int64_t kk = c->g.kk, Cin_g = c->Cin_g, Cout_g = c->Cout_g;
+  for (int64_t p = pb; p < pe; ++p) {
+    char* gw = c->need_gw ? c->gw[p] : NULL;
+    int64_t blk0, blk1;
+    part_range(c, p, &blk0, &blk1);
+    for (int64_t blk = blk0; blk < blk1; ++blk) {
+      int64_t b0 = blk * c->nb, nb = c->N - b0 < c->nb ? c->N - b0 : c->nb, cols = nb * c->g.npos;
+      for (int64_t gr = 0; gr < c->groups; ++gr) {
+        if (!c->transposed) {
+          size_t woff = (size_t)(gr * Cout_g * Cin_g * kk) * csz;
+          const char* gob = blk_in(c, c->go, c->Cout, gr * Cout_g, Cout_g, c->L_out, b0, nb, s.a);
+          if (c->need_gi) {
+            /* col = w_g^T @ go_g; col2im into grad_input */
+            char* out = c->ident ? blk_dst(c, c->gi, c->Cin, gr * Cin_g, c->L_in, b0, nb, s.b) : s.col;
+            gemm_dense(cd, true, false, Cin_g * kk, cols, Cout_g, 1.0, c->w + woff, Cin_g * kk, gob, cols,
+                       0.0, out, c->ident && nb == 1 ? c->L_in : cols);
+            if (c->ident) blk_out(c, c->gi, c->Cin, gr * Cin_g, Cin_g, c->L_in, b0, nb, s.b);
+            else blk_im2col(c, Cin_g, c->gi, c->Cin, gr * Cin_g, c->L_in, b0, nb, s.col, true);
+          }
+          if (c->need_gw) {
+            /* gw_g += go_g @ col(x_g)^T */
+            const char* cm;
+            if (c->ident) cm = blk_in(c, c->x, c->Cin, gr * Cin_g, Cin_g, c->L_in, b0, nb, s.b);
+            else { blk_im2col(c, Cin_g, (char*)c->x, c->Cin, gr * Cin_g, c->L_in, b0, nb, s.col, false); cm = s.col; }
+            gemm_dense(cd, false, true, Cout_g, Cin_g * kk, cols, 1.0, gob, cols, cm, cols, 1.0, gw + woff,
+                       Cin_g * kk);
+          }
+        } else {
+          size_t woff = (size_t)(gr * Cin_g * Cout_g * kk) * csz;
+          const char* cm;
+          if (c->ident) cm = blk_in(c, c->go, c->Cout, gr * Cout_g, Cout_g, c->L_out, b0, nb, s.a);
+          else { blk_im2col(c, Cout_g, (char*)c->go, c->Cout, gr * Cout_g, c->L_out, b0, nb, s.col, false); cm = s.col; }
+          if (c->need_gi) { /* gi_g[Cin_g, cols] = w_g[Cin_g, Cout_g*kk] @ col */
+            char* out = blk_dst(c, c->gi, c->Cin, gr * Cin_g, c->L_in, b0, nb, s.b);
+            gemm_dense(cd, false, false, Cin_g, cols, Cout_g * kk, 1.0, c->w + woff, Cout_g * kk, cm, cols,
+                       0.0, out, nb == 1 ? c->L_in : cols);
+            blk_out(c, c->gi, c->Cin, gr * Cin_g, Cin_g, c->L_in, b0, nb, s.b);
+          }
+          if (c->need_gw) { /* gw_g += x_g[Cin_g, cols] @ col^T */
+            const char* xb = blk_in(c, c->x, c->Cin, gr * Cin_g, Cin_g, c->L_in, b0, nb, s.b);
+            gemm_dense(cd, false, true, Cin_g, Cout_g * kk, cols, 1.0, xb, cols, cm, cols, 1.0, gw + woff,
+                       Cout_g * kk);
+          }
+        }
       }
     }
   }
-  if (bias) add_bias(cd, y, bias, N, Cout, L_out);
-  tpu__dense_out_done(Y, yo, cd);
+  scratch_close(&s);
+  return NULL;
+}
+
+/* Shared set-up of forward and backward: geometry (the image is the larger side: the
+ * input of a convolution, the output of a transposed one) and blocking. */
+static tpu_status_t conv_open(const tpu_node_t* n, const tpu_operand_t* X, const tpu_operand_t* Y,
+                              const tpu_operand_t* W, bool need_gw, conv_t* c) {
+  memset(c, 0, sizeof *c);
+  c->cd = n->compute;
+  c->csz = tpu_dtype_size(c->cd);
+  c->groups = n->ia[1];
+  c->transposed = n->ia[2] != 0;
+  c->N = X->sizes[0]; c->Cin = X->sizes[1]; c->Cout = Y->sizes[1];
+  c->Cin_g = c->Cin / c->groups; c->Cout_g = c->Cout / c->groups;
+  if (c->transposed) conv_geom(n, Y, X, W, &c->g);
+  else conv_geom(n, X, Y, W, &c->g);
+  if (!conv_dims_fit(&c->g, c->transposed ? c->Cout_g : c->Cin_g, c->Cout_g))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
+  c->L_in = 1; c->L_out = 1;
+  for (int d = 0; d < c->g.nd; ++d) { c->L_in *= X->sizes[2 + d]; c->L_out *= Y->sizes[2 + d]; }
+  c->ident = conv_is_identity(&c->g);
+  c->kc = (c->transposed ? c->Cout_g : c->Cin_g) * c->g.kk;
+  int64_t ch = c->Cin_g > c->Cout_g ? c->Cin_g : c->Cout_g;
+  int64_t per_image = c->kc * c->g.npos + 2 * ch * (c->L_in > c->L_out ? c->L_in : c->L_out);
+  conv_blocks(c, need_gw, per_image);
+  if (!fits_blasint(c->nb * c->g.npos) || !fits_blasint(c->nb * c->L_in) || !fits_blasint(c->nb * c->L_out))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
+  return NULL;
+}
+
+static tpu_status_t conv_kernel(tpu_node_t* n) {
+  const tpu_operand_t *X = &n->in[0], *W = &n->in[1], *Bs = &n->in[2];
+  tpu_operand_t* Y = &n->out[0];
+  conv_t c;
+  TPU_RETURN_IF_ERROR(conv_open(n, X, Y, W, false, &c));
+  if (tpu__operand_numel(Y) == 0) return NULL;
+  /* dense operands are read (and a dense output written) in place */
+  void *xo, *wo, *yo;
+  c.x = tpu__dense_in(X, c.cd, &xo);
+  c.w = tpu__dense_in(W, c.cd, &wo);
+  c.y = tpu__dense_out(n, Y, c.cd, c.transposed && !c.ident /* col2im accumulates */, &yo);
+  void* bias = Bs->value ? tpu__pack_alloc(Bs, c.cd) : NULL;
+  c.bias = bias;
+  tpu_status_t st = NULL;
+  if (!c.x || !c.w || !c.y || (Bs->value && !bias)) { st = TPU_HOST_NOMEM(); goto done; }
+  st = tpu__parallel_for(c.parts, 1, conv_fwd_parts, &c);
+  if (!st) tpu__dense_out_done(Y, yo, c.cd);
 done:
-  tpu__free(xo); tpu__free(wo); tpu__free(yo); tpu__free(col); tpu__free(bias);
+  tpu__free(xo); tpu__free(wo); tpu__free(yo); tpu__free(bias);
   return st;
 }
 
 static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *W = &n->in[2];
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t groups = n->ia[1];
-  bool transposed = n->ia[2] != 0;
   bool need_gi = n->ia[3] != 0, need_gw = n->ia[4] != 0, need_gb = n->ia[5] != 0;
-  int64_t N = X->sizes[0], Cin = X->sizes[1], Cout = GO->sizes[1];
-  int64_t Cin_g = Cin / groups, Cout_g = Cout / groups;
-  conv_geom_t g;
-  if (transposed) conv_geom(n, GO, X, W, &g);
-  else conv_geom(n, X, GO, W, &g);
-  if (!conv_dims_fit(&g, transposed ? Cout_g : Cin_g, Cout_g))
-    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: convolution too large for BLAS", tpu__node_describe(n));
-  int64_t L_in = 1, L_out = 1;
-  for (int d = 0; d < g.nd; ++d) { L_in *= X->sizes[2 + d]; L_out *= GO->sizes[2 + d]; }
-  bool ident = conv_is_identity(&g);
+  conv_t c;
+  TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, need_gw, &c));
+  c.need_gi = need_gi; c.need_gw = need_gw;
+  tpu_dtype_t cd = c.cd;
+  int64_t L_out = c.L_out, Cout = c.Cout;
   /* Outputs output_mask did not ask for are absent (never bound) and not written. */
   /* Dense operands are read, and dense outputs accumulated, in place. */
   void *goo = NULL, *xo = NULL, *wo = NULL, *gio = NULL, *gwo = NULL, *gbo = NULL;
-  char* go = (char*)tpu__dense_in(GO, cd, &goo); /* (read only, as x and w) */
-  char* x = need_gw ? (char*)tpu__dense_in(X, cd, &xo) : NULL;
-  char* w = need_gi ? (char*)tpu__dense_in(W, cd, &wo) : NULL;
-  char* gi_ = need_gi ? tpu__dense_out(n, &n->out[0], cd, true, &gio) : NULL;
+  char* parts[CONV_MAX_PARTS] = {NULL};
+  c.go = tpu__dense_in(GO, cd, &goo); /* (read only, as x and w) */
+  c.x = need_gw ? tpu__dense_in(X, cd, &xo) : NULL;
+  c.w = need_gi ? tpu__dense_in(W, cd, &wo) : NULL;
+  c.gi = need_gi ? tpu__dense_out(n, &n->out[0], cd, true, &gio) : NULL;
   char* gw = need_gw ? tpu__dense_out(n, &n->out[1], cd, true, &gwo) : NULL;
   char* gb = need_gb ? tpu__dense_out(n, &n->out[2], cd, true, &gbo) : NULL;
-  int64_t ccols = (transposed ? Cout_g : Cin_g) * g.kk * g.npos;
-  void* col = ident ? NULL : alloc_elems(ccols, csz);
+  int64_t gw_n = need_gw ? tpu__operand_numel(&n->out[1]) : 0;
   tpu_status_t st = NULL;
-  if (!go || (need_gw && (!x || !gw)) || (need_gi && (!w || !gi_)) || (need_gb && !gb) || (!ident && !col)) {
-    st = TPU_HOST_NOMEM();
-    goto done;
+  bool ok = c.go && (!need_gw || (c.x && gw)) && (!need_gi || (c.w && c.gi)) && (!need_gb || gb);
+  if (ok && need_gw) {
+    parts[0] = gw;
+    for (int64_t p = 1; p < c.parts && ok; ++p) ok = (parts[p] = alloc_elems(gw_n, c.csz, true)) != NULL;
+    c.gw = parts;
   }
-  for (int64_t b = 0; b < N && (need_gi || need_gw); ++b) {
-    for (int64_t gr = 0; gr < groups; ++gr) {
-      char* gog = (char*)go + (size_t)((b * Cout + gr * Cout_g) * L_out) * csz;
-      size_t xoff = (size_t)((b * Cin + gr * Cin_g) * L_in) * csz;
-      if (!transposed) {
-        size_t woff = (size_t)(gr * Cout_g * Cin_g * g.kk) * csz;
-        if (need_gi) {
-          /* col = w_g^T @ go_g; col2im into grad_input */
-          char* gig = (char*)gi_ + xoff;
-          void* cm = ident ? (void*)gig : col;
-          gemm_dense(cd, true, false, Cin_g * g.kk, L_out, Cout_g, 1.0, (char*)w + woff,
-                     Cin_g * g.kk, gog, L_out, 0.0, cm, L_out);
-          if (!ident) im2col(cd, &g, Cin_g, gig, col, true);
-        }
-        if (need_gw) {
-          /* gw_g += go_g @ col(x_g)^T */
-          const void* cm = (char*)x + xoff;
-          if (!ident) { im2col(cd, &g, Cin_g, (char*)x + xoff, col, false); cm = col; }
-          gemm_dense(cd, false, true, Cout_g, Cin_g * g.kk, L_out, 1.0, gog, L_out, cm, L_out,
-                     1.0, (char*)gw + woff, Cin_g * g.kk);
-        }
-      } else {
-        size_t woff = (size_t)(gr * Cin_g * Cout_g * g.kk) * csz;
-        const void* cm = gog;
-        if (!ident) { im2col(cd, &g, Cout_g, gog, col, false); cm = col; }
-        if (need_gi)  /* gi_g[Cin_g, L_in] = w_g[Cin_g, Cout_g*kk] @ col */
-          gemm_dense(cd, false, false, Cin_g, L_in, Cout_g * g.kk, 1.0, (char*)w + woff,
-                     Cout_g * g.kk, cm, L_in, 0.0, (char*)gi_ + xoff, L_in);
-        if (need_gw)  /* gw_g += x_g[Cin_g, L_in] @ col^T */
-          gemm_dense(cd, false, true, Cin_g, Cout_g * g.kk, L_in, 1.0, (char*)x + xoff, L_in, cm,
-                     L_in, 1.0, (char*)gw + woff, Cout_g * g.kk);
-      }
-    }
+  if (!ok) { st = TPU_HOST_NOMEM(); goto done; }
+  if (need_gi || need_gw) st = tpu__parallel_for(c.parts, 1, conv_bwd_parts, &c);
+  if (st) goto done;
+  for (int64_t p = 1; need_gw && p < c.parts; ++p) {
+    if (cd == TPU_DTYPE_F32) { float *d = (float*)gw, *q = (float*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
+    else if (cd == TPU_DTYPE_F64) { double *d = (double*)gw, *q = (double*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
+    else { int64_t *d = (int64_t*)gw, *q = (int64_t*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)q[i]); }
   }
   if (need_gb) {
-    for (int64_t i = 0; i < N * Cout; ++i) {
-      int64_t c = i % Cout;
-      if (cd == TPU_DTYPE_F32) { const float* p = (const float*)go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((float*)gb)[c] += (float)s; }
-      else if (cd == TPU_DTYPE_F64) { const double* p = (const double*)go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((double*)gb)[c] += s; }
-      else { const int64_t* p = (const int64_t*)go + i * L_out; uint64_t s = 0; for (int64_t l = 0; l < L_out; ++l) s += (uint64_t)p[l]; ((int64_t*)gb)[c] = (int64_t)((uint64_t)((int64_t*)gb)[c] + s); }
+    for (int64_t i = 0; i < c.N * Cout; ++i) {
+      int64_t ch = i % Cout;
+      if (cd == TPU_DTYPE_F32) { const float* p = (const float*)c.go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((float*)gb)[ch] += (float)s; }
+      else if (cd == TPU_DTYPE_F64) { const double* p = (const double*)c.go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((double*)gb)[ch] += s; }
+      else { const int64_t* p = (const int64_t*)c.go + i * L_out; uint64_t s = 0; for (int64_t l = 0; l < L_out; ++l) s += (uint64_t)p[l]; ((int64_t*)gb)[ch] = (int64_t)((uint64_t)((int64_t*)gb)[ch] + s); }
     }
   }
   if (need_gi) tpu__dense_out_done(&n->out[0], gio, cd);
@@ -630,7 +816,7 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   if (need_gb) tpu__dense_out_done(&n->out[2], gbo, cd);
 done:
   tpu__free(goo); tpu__free(xo); tpu__free(wo); tpu__free(gio); tpu__free(gwo); tpu__free(gbo);
-  tpu__free(col);
+  for (int64_t p = 1; p < CONV_MAX_PARTS; ++p) tpu__free(parts[p]);
   return st;
 }
 
@@ -735,7 +921,7 @@ static tpu_status_t maxpool_bwd_kernel(tpu_node_t* n) {
   tpu_dtype_t cd = n->compute;
   size_t csz = tpu_dtype_size(cd);
   int64_t ni = p.P * p.H * p.W, no = p.P * p.OH * p.OW;
-  void* gi = alloc_elems(ni, csz);
+  void* gi = alloc_elems(ni, csz, true);
   void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
   int64_t* ind = no ? tpu__pack_alloc(IX, TPU_DTYPE_I64) : NULL;
   tpu_status_t st = NULL;
@@ -789,7 +975,7 @@ static tpu_status_t avgpool_fwd(tpu_node_t* n, window_fn window) {
   int64_t no = p.P * p.OH * p.OW;
   if (no == 0) return NULL;
   void* x = tpu__pack_alloc(X, cd);
-  void* y = alloc_elems(no, csz);
+  void* y = alloc_elems(no, csz, true);
   tpu_status_t st = NULL;
   if (!x || !y) { st = TPU_HOST_NOMEM(); goto done; }
   for (int64_t pl = 0; pl < p.P; ++pl)
@@ -824,7 +1010,7 @@ static tpu_status_t avgpool_bwd(tpu_node_t* n, window_fn window) {
   tpu_dtype_t cd = n->compute;
   size_t csz = tpu_dtype_size(cd);
   int64_t no = p.P * p.OH * p.OW;
-  void* gi = alloc_elems(p.P * p.H * p.W, csz);
+  void* gi = alloc_elems(p.P * p.H * p.W, csz, true);
   void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
   tpu_status_t st = NULL;
   if (!gi || (no && !go)) { st = TPU_HOST_NOMEM(); goto done; }

@@ -119,16 +119,7 @@ typedef struct ln_s {
  * the result is the same whichever instruction set runs it. */
 #define LANES 8
 
-/* LANES doubles as one GCC vector: the lane loops are written with it because the
- * compiler does not reliably vectorize lane-array reductions on its own. Loads widen
- * float rows to double. */
-typedef double v8d __attribute__((vector_size(LANES * sizeof(double))));
-typedef float v8f __attribute__((vector_size(LANES * sizeof(float))));
-static inline v8d ld8_f32(const float* p) { v8f f; memcpy(&f, p, sizeof f); return __builtin_convertvector(f, v8d); }
-static inline v8d ld8_f64(const double* p) { v8d d; memcpy(&d, p, sizeof d); return d; }
-static inline double v8_total(v8d a, double tail) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + tail;
-}
+/* (v8d, ld8_f32/f64 and v8_total, the lane vectors: host/vmath.h) */
 
 /* One row: statistics into *mu, *rs, the normalized row into y, reading and writing
  * rows of TX (float rows of a float32 tensor in place; double rows otherwise). The
@@ -143,7 +134,7 @@ static inline double v8_total(v8d a, double tail) {
     int64_t j = 0;                                                                               \
     for (; j + LANES <= k; j += LANES) acc += ld8_##SFX(x + j);                                  \
     for (; j < k; ++j) tail += (double)x[j];                                                     \
-    double mean = v8_total(acc, tail) / (double)k;                                               \
+    double mean = (v8_total(acc) + tail) / (double)k;                                               \
     acc = (v8d){0};                                                                              \
     tail = 0;                                                                                    \
     for (j = 0; j + LANES <= k; j += LANES) {                                                    \
@@ -151,7 +142,7 @@ static inline double v8_total(v8d a, double tail) {
       acc += d * d;                                                                              \
     }                                                                                            \
     for (; j < k; ++j) tail += ((double)x[j] - mean) * ((double)x[j] - mean);                    \
-    double var = v8_total(acc, tail) / (double)k;                                                \
+    double var = (v8_total(acc) + tail) / (double)k;                                                \
     double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);                                      \
     *mu = mean;                                                                                  \
     *rs = rstd;                                                                                  \
@@ -292,7 +283,7 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
       tg += g;                                                                                   \
       tgx += g * (((double)x[j] - mean) * rstd);                                                 \
     }                                                                                            \
-    double sg = v8_total(acc_g, tg) / (double)k, sgx = v8_total(acc_gx, tgx) / (double)k;       \
+    double sg = (v8_total(acc_g) + tg) / (double)k, sgx = (v8_total(acc_gx) + tgx) / (double)k;       \
     if (w)                                                                                       \
       for (j = 0; j < k; ++j)                                                                    \
         dx[j] = (TX)(rstd * ((double)dy[j] * w[j] - sg - (((double)x[j] - mean) * rstd) * sgx)); \

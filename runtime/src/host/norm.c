@@ -17,6 +17,7 @@
 #include <math.h>
 
 #include "host/host.h"
+#include "host/vmath.h"
 
 typedef struct { int64_t n, c, inner; } bn_shape_t;
 
@@ -37,19 +38,20 @@ static double* channel_vec(const tpu_operand_t* op, int64_t c, double dflt) {
   return v;
 }
 
-/* Batch norm's [N, C, inner] activations, dense: float32 in place when the tensor is
- * dense float32, else float64 (a packed copy / scratch that is unpacked). */
+/* Batch norm's [N, C, inner] activations, dense: float32 in place when every activation
+ * operand of the node is dense float32, else float64 (a packed copy / scratch that is
+ * unpacked). */
 typedef struct { char* p; bool f32; void* owned; } bn_data_t;
 
-static bool bn_in(const tpu_operand_t* op, bn_data_t* d) {
-  d->f32 = op->dtype == TPU_DTYPE_F32;
-  d->p = (char*)tpu__dense_in(op, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, &d->owned);
+static bool bn_in(const tpu_operand_t* op, bool f32, bn_data_t* d) {
+  d->f32 = f32;
+  d->p = (char*)tpu__dense_in(op, f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, &d->owned);
   return d->p != NULL;
 }
 
-static bool bn_out(const tpu_node_t* n, tpu_operand_t* op, bn_data_t* d) {
-  d->f32 = op->dtype == TPU_DTYPE_F32;
-  d->p = tpu__dense_out(n, op, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, false, &d->owned);
+static bool bn_out(const tpu_node_t* n, tpu_operand_t* op, bool f32, bn_data_t* d) {
+  d->f32 = f32;
+  d->p = tpu__dense_out(n, op, f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64, false, &d->owned);
   return d->p != NULL;
 }
 
@@ -57,137 +59,182 @@ static void bn_out_done(tpu_operand_t* op, bn_data_t* d) {
   tpu__dense_out_done(op, d->owned, d->f32 ? TPU_DTYPE_F32 : TPU_DTYPE_F64);
 }
 
-static inline double bn_ld(const bn_data_t* d, int64_t i) {
-  return d->f32 ? (double)((const float*)d->p)[i] : ((const double*)d->p)[i];
+/* Runs of one channel in one image, in float64, eight lanes wide (a scalar `s += x` is a
+ * chain of dependent adds):
+ *   bn_sum    sum of x, or of (x - m)^2 (dev)
+ *   bn_gsums  sums of g and of g * (x - m)
+ *   bn_lin    y = a * g + b * (x - m) + c (x NULL: y = a * g + c) */
+#define BN_RUNS(T, SFX)                                                                        \
+  TPU_ISA_CLONES static double bn_sum_##SFX(const T* x, int64_t n, bool dev, double m) {      \
+    v8d a0 = {0}, a1 = {0};                                                                    \
+    int64_t i = 0;                                                                             \
+    if (dev)                                                                                   \
+      for (; i + 16 <= n; i += 16) {                                                           \
+        v8d u = ld8_##SFX(x + i) - m, v = ld8_##SFX(x + i + 8) - m;                             \
+        a0 += u * u; a1 += v * v;                                                              \
+      }                                                                                        \
+    else                                                                                       \
+      for (; i + 16 <= n; i += 16) { a0 += ld8_##SFX(x + i); a1 += ld8_##SFX(x + i + 8); }     \
+    double s = v8_total(a0 + a1);                                                              \
+    for (; i < n; ++i) { double v = (double)x[i] - (dev ? m : 0.0); s += dev ? v * v : v; }    \
+    return s;                                                                                  \
+  }                                                                                            \
+  TPU_ISA_CLONES static void bn_gsums_##SFX(const T* g, const T* x, int64_t n, double m, double* sg, \
+                                            double* sgx) {                                    \
+    v8d a = {0}, b = {0};                                                                      \
+    int64_t i = 0;                                                                             \
+    for (; i + 8 <= n; i += 8) { v8d gv = ld8_##SFX(g + i); a += gv; b += gv * (ld8_##SFX(x + i) - m); } \
+    double s1 = v8_total(a), s2 = v8_total(b);                                                 \
+    for (; i < n; ++i) { s1 += g[i]; s2 += (double)g[i] * ((double)x[i] - m); }                \
+    *sg += s1; *sgx += s2;                                                                     \
+  }                                                                                            \
+  TPU_ISA_CLONES static void bn_lin_##SFX(const T* g, const T* x, T* y, int64_t n, double a, double b, \
+                                          double m, double c) {                               \
+    int64_t i = 0;                                                                             \
+    if (x) {                                                                                   \
+      for (; i + 8 <= n; i += 8) st8_##SFX(y + i, ld8_##SFX(g + i) * a + (ld8_##SFX(x + i) - m) * b + c); \
+      for (; i < n; ++i) y[i] = (T)((double)g[i] * a + ((double)x[i] - m) * b + c);            \
+    } else {                                                                                   \
+      for (; i + 8 <= n; i += 8) st8_##SFX(y + i, ld8_##SFX(g + i) * a + c);                  \
+      for (; i < n; ++i) y[i] = (T)((double)g[i] * a + c);                                     \
+    }                                                                                          \
+  }
+BN_RUNS(float, f32)
+BN_RUNS(double, f64)
+
+static double bn_sum(const bn_data_t* d, int64_t o, int64_t n, bool dev, double m) {
+  return d->f32 ? bn_sum_f32((const float*)d->p + o, n, dev, m) : bn_sum_f64((const double*)d->p + o, n, dev, m);
+}
+static void bn_gsums(const bn_data_t* g, const bn_data_t* x, int64_t o, int64_t n, double m, double* sg, double* sgx) {
+  if (g->f32) bn_gsums_f32((const float*)g->p + o, (const float*)x->p + o, n, m, sg, sgx);
+  else bn_gsums_f64((const double*)g->p + o, (const double*)x->p + o, n, m, sg, sgx);
+}
+static void bn_lin(const bn_data_t* g, const bn_data_t* x, const bn_data_t* y, int64_t o, int64_t n, double a,
+                   double b, double m, double c) {
+  if (g->f32) bn_lin_f32((const float*)g->p + o, x ? (const float*)x->p + o : NULL, (float*)y->p + o, n, a, b, m, c);
+  else bn_lin_f64((const double*)g->p + o, x ? (const double*)x->p + o : NULL, (double*)y->p + o, n, a, b, m, c);
 }
 
-static inline void bn_st(const bn_data_t* d, int64_t i, double v) {
-  if (d->f32) ((float*)d->p)[i] = (float)v;
-  else ((double*)d->p)[i] = v;
+/* One batch norm node's data; channels are independent, so kernels run over the pool in
+ * ranges of channels. */
+typedef struct bn_job_s {
+  bn_shape_t s;
+  bool training;
+  double momentum, eps;
+  bn_data_t x, y, g; /* forward: x -> y; backward: g, x -> y (grad_input, when wanted) */
+  double *w, *bias, *rmean, *rvar, *mean, *invstd, *gw, *gb;
+} bn_job_t;
+
+static tpu_status_t bn_run_channels(const bn_job_t* j, tpu_parallel_fn fn) {
+  int64_t per = j->s.n * j->s.inner;
+  return j->s.c > 1 && per * j->s.c >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(j->s.c, TPU_PARALLEL_MIN_WORK / (per ? per : 1) + 1, fn, (void*)j)
+             : fn((void*)j, 0, j->s.c, 0);
 }
 
-/* Per-channel mean and sum of squared deviations. */
-static void channel_moments(const bn_data_t* xd, bn_shape_t s, int64_t ch, double* mu, double* ssd) {
-  double sum = 0, sq = 0;
-  for (int64_t b = 0; b < s.n; ++b) {
-    int64_t o = (b * s.c + ch) * s.inner;
-    for (int64_t i = 0; i < s.inner; ++i) sum += bn_ld(xd, o + i);
+static tpu_status_t bn_fwd_channels(void* arg, int64_t cb, int64_t ce, int tid) {
+  const bn_job_t* j = arg;
+  bn_shape_t s = j->s;
+  int64_t count = s.n * s.inner;
+  for (int64_t ch = cb; ch < ce; ++ch) {
+    if (j->training) {
+      /* two passes: the mean, then squared deviations from it */
+      double sum = 0, ssd = 0;
+      for (int64_t b = 0; b < s.n; ++b) sum += bn_sum(&j->x, (b * s.c + ch) * s.inner, s.inner, false, 0);
+      double m = sum / (double)count;
+      for (int64_t b = 0; b < s.n; ++b) ssd += bn_sum(&j->x, (b * s.c + ch) * s.inner, s.inner, true, m);
+      j->mean[ch] = m;
+      j->invstd[ch] = 1.0 / sqrt(ssd / (double)count + j->eps);
+      /* running statistics take the unbiased variance */
+      j->rmean[ch] = (1 - j->momentum) * j->rmean[ch] + j->momentum * m;
+      j->rvar[ch] = (1 - j->momentum) * j->rvar[ch] + j->momentum * ssd / (double)(count > 1 ? count - 1 : 1);
+    } else {
+      j->mean[ch] = j->rmean[ch];
+      j->invstd[ch] = 1.0 / sqrt(j->rvar[ch] + j->eps);
+    }
+    double scale = j->invstd[ch] * j->w[ch], shift = j->bias[ch] - j->mean[ch] * scale;
+    for (int64_t b = 0; b < s.n; ++b) bn_lin(&j->x, NULL, &j->y, (b * s.c + ch) * s.inner, s.inner, scale, 0, 0, shift);
   }
-  double m = sum / (double)(s.n * s.inner);
-  for (int64_t b = 0; b < s.n; ++b) {
-    int64_t o = (b * s.c + ch) * s.inner;
-    for (int64_t i = 0; i < s.inner; ++i) sq += (bn_ld(xd, o + i) - m) * (bn_ld(xd, o + i) - m);
-  }
-  *mu = m;
-  *ssd = sq;
+  return NULL;
 }
 
 static tpu_status_t bn_forward(tpu_node_t* n) {
   const tpu_operand_t* x = &n->in[0];
-  bn_shape_t s = shape_of(x);
-  bool training = n->ia[0];
-  double momentum = n->da[0], eps = n->da[1];
-  int64_t count = s.n * s.inner;
-  size_t cb = sizeof(double) * (size_t)(s.c ? s.c : 1);
-  bn_data_t xd = {0}, yd = {0};
-  bool have = bn_in(x, &xd) && bn_out(n, &n->out[0], &yd);
-  double* w = channel_vec(&n->in[1], s.c, 1.0);
-  double* bias = channel_vec(&n->in[2], s.c, 0.0);
-  double* rmean = channel_vec(&n->in[3], s.c, 0.0);
-  double* rvar = channel_vec(&n->in[4], s.c, 1.0);
-  double* mean = tpu__malloc(cb);
-  double* invstd = tpu__malloc(cb);
+  bn_job_t j = {.s = shape_of(x), .training = n->ia[0], .momentum = n->da[0], .eps = n->da[1]};
+  int64_t c = j.s.c;
+  size_t cb = sizeof(double) * (size_t)(c ? c : 1);
+  bool f32 = x->dtype == TPU_DTYPE_F32 && n->out[0].dtype == TPU_DTYPE_F32;
+  bool have = bn_in(x, f32, &j.x) && bn_out(n, &n->out[0], f32, &j.y);
+  j.w = channel_vec(&n->in[1], c, 1.0);
+  j.bias = channel_vec(&n->in[2], c, 0.0);
+  j.rmean = channel_vec(&n->in[3], c, 0.0);
+  j.rvar = channel_vec(&n->in[4], c, 1.0);
+  j.mean = tpu__malloc(cb);
+  j.invstd = tpu__malloc(cb);
   tpu_status_t st = NULL;
-  if (!have || !w || !bias || !rmean || !rvar || !mean || !invstd) { st = TPU_HOST_NOMEM(); goto done; }
-  for (int64_t ch = 0; ch < s.c; ++ch) {
-    if (training) {
-      double ssd;
-      channel_moments(&xd, s, ch, &mean[ch], &ssd);
-      invstd[ch] = 1.0 / sqrt(ssd / (double)count + eps);
-      /* running statistics take the unbiased variance */
-      rmean[ch] = (1 - momentum) * rmean[ch] + momentum * mean[ch];
-      rvar[ch] = (1 - momentum) * rvar[ch] + momentum * ssd / (double)(count > 1 ? count - 1 : 1);
-    } else {
-      mean[ch] = rmean[ch];
-      invstd[ch] = 1.0 / sqrt(rvar[ch] + eps);
-    }
-  }
-  for (int64_t b = 0; b < s.n; ++b)
-    for (int64_t ch = 0; ch < s.c; ++ch) {
-      int64_t o = (b * s.c + ch) * s.inner;
-      double scale = invstd[ch] * w[ch], shift = bias[ch] - mean[ch] * scale;
-      for (int64_t i = 0; i < s.inner; ++i) bn_st(&yd, o + i, bn_ld(&xd, o + i) * scale + shift);
-    }
-  bn_out_done(&n->out[0], &yd);
-  if (training) {
-    tpu__unpack(&n->out[1], mean, TPU_DTYPE_F64);
-    tpu__unpack(&n->out[2], invstd, TPU_DTYPE_F64);
+  if (!have || !j.w || !j.bias || !j.rmean || !j.rvar || !j.mean || !j.invstd) { st = TPU_HOST_NOMEM(); goto done; }
+  if ((st = bn_run_channels(&j, bn_fwd_channels))) goto done;
+  bn_out_done(&n->out[0], &j.y);
+  if (j.training) {
+    tpu__unpack(&n->out[1], j.mean, TPU_DTYPE_F64);
+    tpu__unpack(&n->out[2], j.invstd, TPU_DTYPE_F64);
     /* ATen's batch norm updates the running statistics in place. */
-    if (present(&n->in[3])) tpu__unpack(&n->in[3], rmean, TPU_DTYPE_F64);
-    if (present(&n->in[4])) tpu__unpack(&n->in[4], rvar, TPU_DTYPE_F64);
+    if (present(&n->in[3])) tpu__unpack(&n->in[3], j.rmean, TPU_DTYPE_F64);
+    if (present(&n->in[4])) tpu__unpack(&n->in[4], j.rvar, TPU_DTYPE_F64);
   }
 done:
-  tpu__free(xd.owned); tpu__free(yd.owned); tpu__free(w); tpu__free(bias); tpu__free(rmean);
-  tpu__free(rvar); tpu__free(mean); tpu__free(invstd);
+  tpu__free(j.x.owned); tpu__free(j.y.owned); tpu__free(j.w); tpu__free(j.bias); tpu__free(j.rmean);
+  tpu__free(j.rvar); tpu__free(j.mean); tpu__free(j.invstd);
   return st;
+}
+
+/* grad_bias = sum g, grad_weight = sum g * xhat; grad_input (training) =
+ * w * invstd * (g - mean(g) - xhat * mean(g * xhat)), (eval) w * invstd * g. */
+static tpu_status_t bn_bwd_channels(void* arg, int64_t cb, int64_t ce, int tid) {
+  const bn_job_t* j = arg;
+  bn_shape_t s = j->s;
+  double count = (double)(s.n * s.inner);
+  for (int64_t ch = cb; ch < ce; ++ch) {
+    double sg = 0, sgx = 0, m = j->mean[ch], iv = j->invstd[ch];
+    for (int64_t b = 0; b < s.n; ++b) bn_gsums(&j->g, &j->x, (b * s.c + ch) * s.inner, s.inner, m, &sg, &sgx);
+    j->gb[ch] = sg;
+    j->gw[ch] = sgx * iv;
+    if (!j->y.p) continue;
+    double k = iv * j->w[ch];
+    for (int64_t b = 0; b < s.n; ++b) {
+      int64_t o = (b * s.c + ch) * s.inner;
+      if (j->training) bn_lin(&j->g, &j->x, &j->y, o, s.inner, k, -k * iv * iv * sgx / count, m, -k * sg / count);
+      else bn_lin(&j->g, NULL, &j->y, o, s.inner, k, 0, 0, 0);
+    }
+  }
+  return NULL;
 }
 
 /* Inputs: grad, input, weight?, running_mean?, running_var?, save_mean?, save_invstd?. */
 static tpu_status_t bn_backward(tpu_node_t* n) {
   const tpu_operand_t* x = &n->in[1];
-  bn_shape_t s = shape_of(x);
-  bool train = n->ia[0];
-  double eps = n->da[1];
-  int64_t count = s.n * s.inner;
+  bn_job_t j = {.s = shape_of(x), .training = n->ia[0], .eps = n->da[1]};
+  int64_t c = j.s.c;
   bool want_gi = !tpu__output_absent(&n->out[0]);
-  bn_data_t g = {0}, xd = {0}, gi = {0};
-  bool have = bn_in(&n->in[0], &g) && bn_in(x, &xd) && (!want_gi || bn_out(n, &n->out[0], &gi));
-  double* w = channel_vec(&n->in[2], s.c, 1.0);
-  double* mean = channel_vec(train ? &n->in[5] : &n->in[3], s.c, 0.0);
-  double* inv = channel_vec(train ? &n->in[6] : &n->in[4], s.c, 1.0);
-  double* gw = tpu__calloc((size_t)(s.c ? s.c : 1), sizeof(double));
-  double* gb = tpu__calloc((size_t)(s.c ? s.c : 1), sizeof(double));
+  bool f32 = x->dtype == TPU_DTYPE_F32 && n->in[0].dtype == TPU_DTYPE_F32 &&
+             (!want_gi || n->out[0].dtype == TPU_DTYPE_F32);
+  bool have = bn_in(&n->in[0], f32, &j.g) && bn_in(x, f32, &j.x) && (!want_gi || bn_out(n, &n->out[0], f32, &j.y));
+  j.w = channel_vec(&n->in[2], c, 1.0);
+  j.mean = channel_vec(j.training ? &n->in[5] : &n->in[3], c, 0.0);
+  j.invstd = channel_vec(j.training ? &n->in[6] : &n->in[4], c, 1.0);
+  j.gw = tpu__calloc((size_t)(c ? c : 1), sizeof(double));
+  j.gb = tpu__calloc((size_t)(c ? c : 1), sizeof(double));
   tpu_status_t st = NULL;
-  if (!have || !w || !mean || !inv || !gw || !gb) { st = TPU_HOST_NOMEM(); goto done; }
-  if (!train)
-    for (int64_t ch = 0; ch < s.c; ++ch) inv[ch] = 1.0 / sqrt(inv[ch] + eps); /* inv held var */
-  for (int64_t ch = 0; ch < s.c; ++ch) {
-    /* local sums: through gb/gw (which may alias gp, xp as far as the compiler knows)
-     * every addition was a store and a reload */
-    double sb = 0, sw = 0, m = mean[ch], iv = inv[ch];
-    for (int64_t b = 0; b < s.n; ++b) {
-      int64_t o = (b * s.c + ch) * s.inner;
-      for (int64_t i = 0; i < s.inner; ++i) {
-        double gv = bn_ld(&g, o + i);
-        sb += gv;
-        sw += gv * (bn_ld(&xd, o + i) - m) * iv;
-      }
-    }
-    gb[ch] = sb;
-    gw[ch] = sw;
-  }
-  if (want_gi) {
-    for (int64_t b = 0; b < s.n; ++b)
-      for (int64_t ch = 0; ch < s.c; ++ch) {
-        int64_t o = (b * s.c + ch) * s.inner;
-        double k = inv[ch] * w[ch];
-        if (train) {
-          double mg = gb[ch] / (double)count, mgx = gw[ch] / (double)count;
-          for (int64_t i = 0; i < s.inner; ++i) {
-            double xhat = (bn_ld(&xd, o + i) - mean[ch]) * inv[ch];
-            bn_st(&gi, o + i, k * (bn_ld(&g, o + i) - mg - xhat * mgx));
-          }
-        } else {
-          for (int64_t i = 0; i < s.inner; ++i) bn_st(&gi, o + i, k * bn_ld(&g, o + i));
-        }
-      }
-    bn_out_done(&n->out[0], &gi);
-  }
-  if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], gw, TPU_DTYPE_F64);
-  if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], gb, TPU_DTYPE_F64);
+  if (!have || !j.w || !j.mean || !j.invstd || !j.gw || !j.gb) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!j.training)
+    for (int64_t ch = 0; ch < c; ++ch) j.invstd[ch] = 1.0 / sqrt(j.invstd[ch] + j.eps); /* it held var */
+  if ((st = bn_run_channels(&j, bn_bwd_channels))) goto done;
+  if (want_gi) bn_out_done(&n->out[0], &j.y);
+  if (!tpu__output_absent(&n->out[1])) tpu__unpack(&n->out[1], j.gw, TPU_DTYPE_F64);
+  if (!tpu__output_absent(&n->out[2])) tpu__unpack(&n->out[2], j.gb, TPU_DTYPE_F64);
 done:
-  tpu__free(g.owned); tpu__free(xd.owned); tpu__free(gi.owned); tpu__free(w); tpu__free(mean);
-  tpu__free(inv); tpu__free(gw); tpu__free(gb);
+  tpu__free(j.g.owned); tpu__free(j.x.owned); tpu__free(j.y.owned); tpu__free(j.w); tpu__free(j.mean);
+  tpu__free(j.invstd); tpu__free(j.gw); tpu__free(j.gb);
   return st;
 }
 

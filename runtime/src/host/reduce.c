@@ -111,14 +111,7 @@ static inline double term(double v, int mode, double a) {
  * vectors: the compiler left the two-accumulator loop scalar, a chain of dependent adds
  * that capped a sum at ~2 cycles per element); each block's lanes are combined in a fixed
  * order, so the result does not depend on the instruction set. */
-typedef double v8d __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef int64_t v8l __attribute__((vector_size(64)));
-static inline v8d ld8_f32(const float* p) { v8f f; memcpy(&f, p, sizeof f); return __builtin_convertvector(f, v8d); }
-static inline v8d ld8_f64(const double* p) { v8d d; memcpy(&d, p, sizeof d); return d; }
-static inline double v8_total(v8d a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
+/* (v8d, ld8_f32/f64 and v8_total: host/vmath.h) */
 static inline bool lane_mode(int mode) {
   return mode == S_PLAIN || mode == S_SQ || mode == S_SQDEV || mode == S_ABS || mode == S_NONAN;
 }

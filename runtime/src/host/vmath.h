@@ -116,6 +116,20 @@ static inline float tpu__vtanhf(float x) {
 
 static inline float tpu__vsigmoidf(float x) { return 1.0f / (1.0f + tpu__vexpf(-x)); }
 
+/* Eight doubles as one GCC vector (float32 runs are widened on load): sums in float64
+ * that vectorize, where a scalar `s += x` is a chain of dependent adds. v8_total combines
+ * the lanes in a fixed order, so results do not depend on the instruction set. */
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int64_t v8l __attribute__((vector_size(64)));
+static inline v8d ld8_f32(const float* p) { v8f f; memcpy(&f, p, sizeof f); return __builtin_convertvector(f, v8d); }
+static inline v8d ld8_f64(const double* p) { v8d d; memcpy(&d, p, sizeof d); return d; }
+static inline void st8_f32(float* p, v8d v) { v8f f = __builtin_convertvector(v, v8f); memcpy(p, &f, sizeof f); }
+static inline void st8_f64(double* p, v8d v) { memcpy(p, &v, sizeof v); }
+static inline double v8_total(v8d a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 /* Type-generic forms for the tile macros: float uses the kernels above, double libm. */
 #define TPU_VEXP(x) _Generic((x), float: tpu__vexpf, default: exp)(x)
 #define TPU_VERF(x) _Generic((x), float: tpu__verff, default: erf)(x)
