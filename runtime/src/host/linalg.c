@@ -383,9 +383,13 @@ typedef struct i2c_s {
     int64_t inner = g->pos[ld], outer = g->npos / (inner ? inner : 1);                          \
     int64_t sw = g->s[ld], W = g->img[ld];                                                      \
     bool flat = nd == 2 && g->s[0] == 1 && sw == 1 && inner == W;                               \
+    int64_t c = cb, kv[3] = {0, 0, 0}; /* row r = (channel c, kernel offset kv) */           \
     for (int64_t r = cb * g->kk; r < ce * g->kk; ++r) {                                         \
-      int64_t c = r / g->kk, kr = r % g->kk, kv[3] = {0, 0, 0};                                 \
-      for (int d = nd - 1; d >= 0; --d) { kv[d] = kr % g->k[d]; kr /= g->k[d]; }                \
+      if (r > cb * g->kk) { /* next offset, odometer-wise (no divisions per row) */           \
+        int d = nd - 1;                                                                         \
+        while (d >= 0 && ++kv[d] == g->k[d]) kv[d--] = 0;                                       \
+        if (d < 0) ++c;                                                                         \
+      }                                                                                         \
       /* positions [xa, xb) of the line read inside the image (iw = w0 + x*sw in [0, W)) */    \
       int64_t w0 = -g->p[ld] + kv[ld] * g->d[ld];                                               \
       int64_t xa = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;                                           \
@@ -399,8 +403,16 @@ typedef struct i2c_s {
         int64_t ib = c * g->nimg + top * W + w0; /* img index of line 0's position 0 */     \
         if (ob <= oa) { oa = ob = 0; }                                                          \
         if (ic->add) {                                                                          \
-          for (int64_t o = oa; o < ob; ++o)                                                     \
-            for (int64_t x = xa; x < xb; ++x) ACC(img[ib + o * W + x], cl[o * inner + x]);      \
+          /* col's padding entries inside the run are cleared (col is scratch): the run */   \
+          /* then adds as one loop, the cleared entries landing on neighbouring lines */      \
+          if (ob <= oa || xb <= xa) continue;                                                   \
+          for (int64_t o = oa; o < ob; ++o) {                                                   \
+            if (o > oa) for (int64_t x = 0; x < xa; ++x) cl[o * inner + x] = 0;                 \
+            if (o < ob - 1) for (int64_t x = xb; x < inner; ++x) cl[o * inner + x] = 0;         \
+          }                                                                                     \
+          T* restrict dst = img + ib + oa * W + xa;                                             \
+          const T* restrict src = cl + oa * inner + xa;                                         \
+          for (int64_t i = 0; i < (ob - oa - 1) * inner + xb - xa; ++i) ACC(dst[i], src[i]);    \
           continue;                                                                             \
         }                                                                                       \
         /* the in-image part of every line in one copy, then the padding cleared */          \
