@@ -293,6 +293,31 @@ def test_fused_attention_overrideable(dtype, causal, bias_kind, heads_kv):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("L,S", [(70, 70), (45, 33), (33, 80), (32, 32)])
+def test_fused_attention_causal_row_blocks(dtype, L, S):
+    """Causal attention without bias runs in blocks of query rows that skip masked keys:
+    several blocks, a partial last block, more queries than keys and the reverse; the
+    log-sum-exp output (which the backward reuses) and the gradients as well."""
+    torch.manual_seed(9)
+    B, H, Hk, E = 2, 4, 2, 16
+    q = torch.randn(B, H, L, E, dtype=dtype)
+    k, v = torch.randn(B, Hk, S, E, dtype=dtype), torch.randn(B, Hk, S, E, dtype=dtype)
+    with native("_scaled_dot_product_fused_attention_overrideable"):
+        res = A._scaled_dot_product_fused_attention_overrideable(*tpu(q, k, v), None, 0.0, True, False)
+    close(res[0], sdpa_ref(q.double(), k.double(), v.double(), None, True, 1 / math.sqrt(E)).to(dtype), scale=2)
+    s = (q.double() @ k.double().repeat_interleave(H // Hk, 1).transpose(-1, -2)) / math.sqrt(E)
+    s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    close(res[1], s.logsumexp(-1).to(res[1].dtype), scale=2)
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    oc, gc = grads(fn, tuple(t.clone().requires_grad_() for t in (q, k, v)))
+    with native("_scaled_dot_product_fused_attention_overrideable_backward"):
+        ot, gt = grads(fn, tuple(tpu(t).requires_grad_() for t in (q, k, v)))
+    close(ot, oc.detach(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e, scale=4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("causal,with_bias,heads_kv", [(False, False, 3), (True, True, 1), (False, True, 3)])
 def test_fused_attention_overrideable_backward(dtype, causal, with_bias, heads_kv):
     torch.manual_seed(8)

@@ -582,6 +582,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
  * (b, h) slices of rows with a row stride; otherwise they are packed. Outputs are written
  * in place when dense in the compute dtype. Row sums and maxima use LANES partial
  * results in a fixed order, so they vectorize and do not depend on the instruction set. */
+#define CAUSAL_ROWS 32
+
 #define SDPA_DEFINE(T, SFX, CDT, EXP, LOG)                                                     \
   /* A 4-d operand as (b, h) slices of rows: element (b, h, i, e) at p[b*sb + h*sh + i*ld + e]. */ \
   typedef struct hm_##SFX##_s { T* p; int64_t sb, sh, ld; void* owned; } hm_##SFX;           \
@@ -730,6 +732,34 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
       for (int64_t i = 0; i < d->L; ++i)                                                       \
         for (int64_t j = i + 1; j < d->S; ++j) sc[i * d->S + j] = -(T)INFINITY;                \
   }                                                                                            \
+  /* A causal head without bias in blocks of CAUSAL_ROWS query rows: row i sees keys        \
+   * [0, i + 1), so a block needs only the keys up to its last row and the masked upper    \
+   * part of the score matrix is neither multiplied nor exponentiated (about half of both  \
+   * GEMMs at L = S). Masked cells inside the block are -inf and give exact zeros, so a    \
+   * row's softmax and output are those of the full matrix. */                             \
+  static void causal_head_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk, int64_t bh, T* sc) { \
+    const sdpa_dims_t* d = X->d;                                                               \
+    T scale = (T)X->n->da[0];                                                                  \
+    for (int64_t i0 = 0; i0 < d->L; i0 += CAUSAL_ROWS) {                                       \
+      int64_t m = d->L - i0 < CAUSAL_ROWS ? d->L - i0 : CAUSAL_ROWS;                           \
+      int64_t c = i0 + m < d->S ? i0 + m : d->S; /* keys the block's rows see */               \
+      T* lse = X->lse + bh * d->L + i0;                                                        \
+      if (c <= 0) { /* rows with no key at all (S = 0): zeros, as ATen */                      \
+        for (int64_t i = 0; i < m; ++i) lse[i] = -(T)INFINITY;                                 \
+        gemm_##SFX(false, false, m, d->Ev, 0, 1, sc, 1, hm_at_##SFX(&X->v, b, hk), X->v.ld, 0, \
+                   hm_at_##SFX(&X->out, b, h) + i0 * X->out.ld, X->out.ld);                    \
+        continue;                                                                              \
+      }                                                                                        \
+      gemm_##SFX(false, true, m, c, d->E, scale, hm_at_##SFX(&X->q, b, h) + i0 * X->q.ld, X->q.ld, \
+                 hm_at_##SFX(&X->k, b, hk), X->k.ld, 0, sc, c);                                \
+      for (int64_t i = 0; i < m; ++i)                                                          \
+        for (int64_t j = i0 + i + 1; j < c; ++j) sc[i * c + j] = -(T)INFINITY;                 \
+      sm_ctx_##SFX C = {sc, lse, c, NULL, NULL, NULL, 0, 0, 0};                                \
+      attn_rows_##SFX(m, c, sm_rows_##SFX, &C);                                                \
+      gemm_##SFX(false, false, m, d->Ev, c, 1, sc, c, hm_at_##SFX(&X->v, b, hk), X->v.ld, 0,   \
+                 hm_at_##SFX(&X->out, b, h) + i0 * X->out.ld, X->out.ld);                      \
+    }                                                                                          \
+  }                                                                                            \
   /* Heads run in parallel, each with its own score buffers and single-threaded GEMMs; a  \
    * head's rows then run serially (a nested region), in the same order as before. */       \
   static tpu_status_t fwd_heads_##SFX(void* arg, int64_t hb, int64_t he, int tid) {           \
@@ -738,8 +768,10 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     T* sc = tpu__malloc(sizeof(T) * (size_t)(2 * d->L * d->S + 1));                            \
     if (!sc) return TPU_HOST_NOMEM();                                                          \
     T* tmp = sc + d->L * d->S;                                                                 \
+    bool causal_only = X->n->ia[0] && !(X->bias && present(X->bias));                         \
     for (int64_t bh = hb; bh < he; ++bh) {                                                     \
       int64_t b = bh / d->H, h = bh % d->H, hk = h / X->grp;                                   \
+      if (causal_only) { causal_head_##SFX(X, b, h, hk, bh, sc); continue; }                   \
       scores_##SFX(X, b, h, hk, sc, tmp);                                                      \
       sm_ctx_##SFX C = {sc, X->lse + bh * d->L, d->S, NULL, NULL, NULL, 0, 0, 0};              \
       attn_rows_##SFX(d->L, d->S, sm_rows_##SFX, &C);                                          \
@@ -787,6 +819,27 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     const T* op = hm_at_##SFX(&X->o, b, h);                                                    \
     T* dvp = hm_at_##SFX(&X->dv, b, hk);                                                       \
     T* dkp = hm_at_##SFX(&X->dk, b, hk);                                                       \
+    if (X->n->ia[0] && !db && !(X->bias && present(X->bias))) {                                \
+      /* causal without bias: blocks of query rows over the keys they see (as the forward) */ \
+      for (int64_t i0 = 0; i0 < d->L; i0 += CAUSAL_ROWS) {                                     \
+        int64_t m = d->L - i0 < CAUSAL_ROWS ? d->L - i0 : CAUSAL_ROWS;                         \
+        int64_t c = i0 + m < d->S ? i0 + m : d->S;                                             \
+        const T* qb = qp + i0 * X->q.ld;                                                       \
+        const T* gb = gop + i0 * X->go.ld;                                                     \
+        gemm_##SFX(false, true, m, c, d->E, scale, qb, X->q.ld, kp, X->k.ld, 0, p, c);         \
+        for (int64_t i = 0; i < m; ++i)                                                        \
+          for (int64_t j = i0 + i + 1; j < c; ++j) p[i * c + j] = -(T)INFINITY;                \
+        sm_ctx_##SFX C = {p, X->lse + bh * d->L + i0, c, dp, gb, op + i0 * X->o.ld, X->go.ld, X->o.ld, d->Ev}; \
+        attn_rows_##SFX(m, c, p_rows_##SFX, &C);                                               \
+        gemm_##SFX(true, false, c, d->Ev, m, 1, p, c, gb, X->go.ld, 1, dvp, X->dv.ld);         \
+        gemm_##SFX(false, true, m, c, d->Ev, 1, gb, X->go.ld, vp, X->v.ld, 0, dp, c);          \
+        attn_rows_##SFX(m, c, ds_rows_##SFX, &C);                                              \
+        gemm_##SFX(false, false, m, d->E, c, scale, dp, c, kp, X->k.ld, 0,                     \
+                   hm_at_##SFX(&X->dq, b, h) + i0 * X->dq.ld, X->dq.ld);                       \
+        gemm_##SFX(true, false, c, d->E, m, scale, dp, c, qb, X->q.ld, 1, dkp, X->dk.ld);      \
+      }                                                                                        \
+      return;                                                                                  \
+    }                                                                                          \
     scores_##SFX(X, b, h, hk, p, tmp);                                                         \
     sm_ctx_##SFX C = {p, X->lse + bh * d->L, d->S, dp, gop, op, X->go.ld, X->o.ld, d->Ev};     \
     attn_rows_##SFX(d->L, d->S, p_rows_##SFX, &C);                                             \
