@@ -43,6 +43,15 @@ out["cumsum"] = xd.cumsum(1)
 out["emb"] = F.embedding(idx.to(dev), xd)
 out["index_select"] = xd.index_select(0, idx.to(dev))
 out["conv"] = F.conv2d(img.to(dev), cw.to(dev), padding=1)
+# blocks of images over the pool; the weight gradient summed per part
+imgs, cwd = torch.randn(40, 8, 12, 12).to(dev).requires_grad_(), cw.to(dev).requires_grad_()
+out["conv_blocks"] = F.conv2d(imgs, cwd, stride=1, padding=1)
+out["conv_blocks"].square().sum().backward()
+out["conv_gx"], out["conv_gw"] = imgs.grad, cwd.grad
+bx = torch.randn(32, 16, 20, 20).to(dev).requires_grad_()
+out["batch_norm"] = F.batch_norm(bx, None, None, training=True)
+out["batch_norm"].square().sum().backward()
+out["batch_norm_gx"] = bx.grad
 a_rows, a_cols = torch.randn(500, 700), torch.randn(40, 700)
 bm = torch.randn(700, 900)
 out["mm_row_blocks"] = a_rows.to(dev) @ bm.to(dev)

@@ -781,6 +781,10 @@ done:
   return st;
 }
 
+/* A plane's sum in double (the bias gradient of a convolution). */
+TPU_ISA_CLONES static double plane_sum_f32(const float* p, int64_t n) { return tpu__v8_sum_f32(p, n); }
+TPU_ISA_CLONES static double plane_sum_f64(const double* p, int64_t n) { return tpu__v8_sum_f64(p, n); }
+
 static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *W = &n->in[2];
   bool need_gi = n->ia[3] != 0, need_gw = n->ia[4] != 0, need_gb = n->ia[5] != 0;
@@ -818,8 +822,8 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   if (need_gb) {
     for (int64_t i = 0; i < c.N * Cout; ++i) {
       int64_t ch = i % Cout;
-      if (cd == TPU_DTYPE_F32) { const float* p = (const float*)c.go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((float*)gb)[ch] += (float)s; }
-      else if (cd == TPU_DTYPE_F64) { const double* p = (const double*)c.go + i * L_out; double s = 0; for (int64_t l = 0; l < L_out; ++l) s += p[l]; ((double*)gb)[ch] += s; }
+      if (cd == TPU_DTYPE_F32) ((float*)gb)[ch] += (float)plane_sum_f32((const float*)c.go + i * L_out, L_out);
+      else if (cd == TPU_DTYPE_F64) ((double*)gb)[ch] += plane_sum_f64((const double*)c.go + i * L_out, L_out);
       else { const int64_t* p = (const int64_t*)c.go + i * L_out; uint64_t s = 0; for (int64_t l = 0; l < L_out; ++l) s += (uint64_t)p[l]; ((int64_t*)gb)[ch] = (int64_t)((uint64_t)((int64_t*)gb)[ch] + s); }
     }
   }

@@ -66,17 +66,15 @@ static void bn_out_done(tpu_operand_t* op, bn_data_t* d) {
  *   bn_lin    y = a * g + b * (x - m) + c (x NULL: y = a * g + c) */
 #define BN_RUNS(T, SFX)                                                                        \
   TPU_ISA_CLONES static double bn_sum_##SFX(const T* x, int64_t n, bool dev, double m) {      \
+    if (!dev) return tpu__v8_sum_##SFX(x, n);                                                  \
     v8d a0 = {0}, a1 = {0};                                                                    \
     int64_t i = 0;                                                                             \
-    if (dev)                                                                                   \
-      for (; i + 16 <= n; i += 16) {                                                           \
-        v8d u = ld8_##SFX(x + i) - m, v = ld8_##SFX(x + i + 8) - m;                             \
-        a0 += u * u; a1 += v * v;                                                              \
-      }                                                                                        \
-    else                                                                                       \
-      for (; i + 16 <= n; i += 16) { a0 += ld8_##SFX(x + i); a1 += ld8_##SFX(x + i + 8); }     \
+    for (; i + 16 <= n; i += 16) {                                                             \
+      v8d u = ld8_##SFX(x + i) - m, v = ld8_##SFX(x + i + 8) - m;                               \
+      a0 += u * u; a1 += v * v;                                                                \
+    }                                                                                          \
     double s = v8_total(a0 + a1);                                                              \
-    for (; i < n; ++i) { double v = (double)x[i] - (dev ? m : 0.0); s += dev ? v * v : v; }    \
+    for (; i < n; ++i) s += ((double)x[i] - m) * ((double)x[i] - m);                           \
     return s;                                                                                  \
   }                                                                                            \
   TPU_ISA_CLONES static void bn_gsums_##SFX(const T* g, const T* x, int64_t n, double m, double* sg, \

@@ -130,6 +130,21 @@ static inline double v8_total(v8d a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+/* The sum of a run in double, two vectors in flight. Inline: an ISA-cloned caller gets
+ * it compiled for its instruction set. */
+#define TPU_V8_SUM(T, SFX)                                                                    \
+  static inline double tpu__v8_sum_##SFX(const T* x, int64_t n) {                             \
+    v8d a0 = {0}, a1 = {0};                                                                   \
+    int64_t i = 0;                                                                            \
+    for (; i + 16 <= n; i += 16) { a0 += ld8_##SFX(x + i); a1 += ld8_##SFX(x + i + 8); }      \
+    double s = v8_total(a0 + a1);                                                             \
+    for (; i < n; ++i) s += x[i];                                                             \
+    return s;                                                                                 \
+  }
+TPU_V8_SUM(float, f32)
+TPU_V8_SUM(double, f64)
+#undef TPU_V8_SUM
+
 /* Type-generic forms for the tile macros: float uses the kernels above, double libm. */
 #define TPU_VEXP(x) _Generic((x), float: tpu__vexpf, default: exp)(x)
 #define TPU_VERF(x) _Generic((x), float: tpu__verff, default: erf)(x)
