@@ -45,6 +45,15 @@ extern const tpu_aten_entry_t tpu__aten_complex_alt[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB
 
+/* Composite ops: after the builder has declared output 0, runs the table entry `op`
+ * (an in-place op such as "relu_") on that output right after the node, with extra[0..n)
+ * as its arguments after self (strings must outlive the node: literals). The follow-up
+ * is validated now, against output 0's dtype and shape (an UNIMPLEMENTED or invalid
+ * follow-up fails the whole call), and built and queued by tpu_node_submit as an
+ * ordinary node of its own, so defer_and_fuse can fuse it with its neighbours. The node
+ * is named after the op the user called in messages. */
+tpu_status_t tpu__build_then(tpu_build_t* b, const char* op, const tpu_arg_t* extra, int n);
+
 /* Error helpers: messages start with the op name, as PyTorch's do. */
 tpu_status_t tpu__err(tpu_build_t* b, tpu_status_code_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));

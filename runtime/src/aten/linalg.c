@@ -253,6 +253,28 @@ static tpu_status_t build_gemm(tpu_build_t* b) {
   return NULL;
 }
 
+/* _addmm_activation(self, mat1, mat2, *, beta, alpha, use_gelu) [.out]: addmm, then relu
+ * or exact gelu in place on the result, as ATen's CPU kernel does it (the FFN of the
+ * transformer encoder's inference fast path). A composite: the addmm node, and the
+ * activation as its own in-place elementwise node (tpu__build_then). out= must have the
+ * result's dtype exactly (a structured kernel). */
+static tpu_status_t build_addmm_activation(tpu_build_t* b) {
+  bool gelu;
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, false, &gelu));
+  tpu_build_t g = *b;
+  g.data = &g_addmm;
+  TPU_RETURN_IF_ERROR(build_gemm(&g));
+  if (b->variant == TPU_VARIANT_OUT) {
+    const tpu_view_t* out;
+    TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 6, &out));
+    tpu_dtype_t want = b->node->out[0].dtype;
+    if (out->dtype != want)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype %s, but got %s instead",
+                      meta_name(want), meta_name(out->dtype));
+  }
+  return tpu__build_then(b, gelu ? "gelu_" : "relu_", NULL, 0);
+}
+
 /* ---- convolution ---------------------------------------------------------------------- */
 
 typedef struct conv_args_s {
@@ -878,6 +900,7 @@ const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"mm", build_gemm, &g_mm}, {"mm.out", build_gemm, &g_mm},
     {"bmm", build_gemm, &g_bmm}, {"bmm.out", build_gemm, &g_bmm},
     {"addmm", build_gemm, &g_addmm}, {"addmm_", build_gemm, &g_addmm}, {"addmm.out", build_gemm, &g_addmm},
+    {"_addmm_activation", build_addmm_activation, NULL}, {"_addmm_activation.out", build_addmm_activation, NULL},
     {"baddbmm", build_gemm, &g_baddbmm}, {"baddbmm_", build_gemm, &g_baddbmm},
     {"baddbmm.out", build_gemm, &g_baddbmm},
     {"addbmm", build_gemm, &g_addbmm}, {"addbmm_", build_gemm, &g_addbmm}, {"addbmm.out", build_gemm, &g_addbmm},

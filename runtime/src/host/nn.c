@@ -1279,7 +1279,132 @@ static tpu_status_t col2im_kernel(tpu_node_t* n) {
   return st;
 }
 
+/* ---- the transformer inference fast path (aten/nn.c) --------------------------------- */
+
+/* Rows of MASKED_SOFTMAX, each n values in double with its n mask bytes. Rounded as
+ * ATen's CPU kernel rounds: x - max and exp(.) in the dtype, the sum in double for
+ * float32/float64 and in float for bf16/f16, the product with 1 / sum in the dtype. A
+ * masked position adds 0, so a row with nothing unmasked has 1 / 0 = inf as its scale
+ * and is NaN throughout, as on CPU. */
+typedef struct msm_s {
+  const double* x;
+  const uint8_t* m;
+  double* y;
+  int64_t n;
+  tpu_dtype_t t;
+} msm_t;
+
+static tpu_status_t masked_softmax_rows(void* arg, int64_t jb, int64_t je, int tid) {
+  (void)tid;
+  const msm_t* S = arg;
+  const int64_t n = S->n;
+  const tpu_dtype_t t = S->t;
+  for (int64_t r = jb; r < je; ++r) {
+    const double* x = S->x + r * n;
+    const uint8_t* m = S->m + r * n;
+    double* y = S->y + r * n;
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j)
+      if (!m[j] && x[j] > mx) mx = x[j];
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double z = m[j] ? 0.0 : tpu__round_to_dtype(exp(tpu__round_to_dtype(x[j] - mx, t)), t);
+      y[j] = z;
+      sum += z;
+    }
+    double scale = 1.0 / sum;
+    if (t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16) scale = (float)(1.0f / (float)sum);
+    for (int64_t j = 0; j < n; ++j) y[j] = tpu__round_to_dtype(y[j] * scale, t);
+  }
+  return NULL;
+}
+
+/* op with its dims permuted so that dim d comes last (the layout of packed rows). */
+static void perm_last(int nd, int d, int* perm) {
+  int k = 0;
+  for (int i = 0; i < nd; ++i) if (i != d) perm[k++] = i;
+  if (nd) perm[k] = d;
+}
+
+static tpu_status_t masked_softmax_kernel(tpu_node_t* node) {
+  tpu_operand_t* out = &node->out[0];
+  const tpu_operand_t* xo = &node->in[0];
+  int64_t total = tpu__operand_numel(xo);
+  if (total == 0) return NULL;
+  int nd = xo->ndim, d = (int)node->ia[0];
+  int64_t n = nd ? xo->sizes[d] : 1;
+  int perm[TPU_MAX_DIMS];
+  perm_last(nd, d, perm);
+  double* x = tpu__malloc(cnt1(total) * sizeof(double));
+  double* y = tpu__malloc(cnt1(total) * sizeof(double));
+  uint8_t* m = tpu__malloc(cnt1(total));
+  tpu_status_t st = NULL;
+  if (!x || !y || !m) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    tpu__pack(xo, nd ? perm : NULL, TPU_DTYPE_F64, x);
+    tpu__pack(&node->in[1], nd ? perm : NULL, TPU_DTYPE_BOOL, m);
+    msm_t S = {x, m, y, n, xo->dtype};
+    int64_t rows = total / n;
+    st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / n + 1, masked_softmax_rows, &S)
+             : masked_softmax_rows(&S, 0, rows, 0);
+    if (!st) {
+      tpu_operand_t po = *out;
+      for (int i = 0; i < nd; ++i) { po.sizes[i] = out->sizes[perm[i]]; po.strides[i] = out->strides[perm[i]]; }
+      tpu__unpack(&po, y, TPU_DTYPE_F64);
+    }
+  }
+  tpu__free(x);
+  tpu__free(y);
+  tpu__free(m);
+  return st;
+}
+
+/* QKV_TRANSFORM: out s (q, k, v)[b, h, t, e] = qkv[b, t, s D + h dh + e] + bias[same],
+ * q's times the scale, each step in float32 (float64 for float64), rounded to the dtype
+ * on store. */
+static tpu_status_t qkv_transform_kernel(tpu_node_t* node) {
+  const tpu_operand_t* qo = &node->in[0];
+  const int64_t B = qo->sizes[0], T = qo->sizes[1], D3 = qo->sizes[2], D = D3 / 3;
+  const int64_t H = node->ia[0], dh = D / H;
+  const tpu_dtype_t t = qo->dtype, acc = t == TPU_DTYPE_F64 ? t : TPU_DTYPE_F32;
+  const double scale = node->da[0];
+  int64_t total = B * T * D3;
+  if (total == 0) return NULL;
+  double* x = tpu__malloc(cnt1(total) * sizeof(double));
+  double* bias = tpu__malloc(cnt1(D3) * sizeof(double));
+  double* y = tpu__malloc(cnt1(total / 3) * sizeof(double));
+  tpu_status_t st = NULL;
+  if (!x || !bias || !y) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    tpu__pack(qo, NULL, TPU_DTYPE_F64, x);
+    tpu__pack(&node->in[1], NULL, TPU_DTYPE_F64, bias);
+    for (int s = 0; s < 3; ++s) {
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t tt = 0; tt < T; ++tt) {
+            const double* xr = x + (b * T + tt) * D3 + s * D + h * dh;
+            const double* br = bias + s * D + h * dh;
+            double* yr = y + ((b * H + h) * T + tt) * dh;
+            for (int64_t e = 0; e < dh; ++e) {
+              double v = tpu__round_to_dtype(xr[e] + br[e], acc);
+              yr[e] = tpu__round_to_dtype(s == 0 ? tpu__round_to_dtype(v * scale, acc) : v, t);
+            }
+          }
+      tpu__unpack(&node->out[s], y, TPU_DTYPE_F64);
+    }
+  }
+  tpu__free(x);
+  tpu__free(bias);
+  tpu__free(y);
+  return st;
+}
+
 void tpu__host_register_nn(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_MASKED_SOFTMAX] = masked_softmax_kernel;
+  table[TPU_KIND_QKV_TRANSFORM] = qkv_transform_kernel;
   table[TPU_KIND_LAYER_NORM] = layer_norm_kernel;
   table[TPU_KIND_LAYER_NORM_BACKWARD] = layer_norm_backward_kernel;
   table[TPU_KIND_EMBEDDING] = embedding_kernel;
