@@ -105,6 +105,14 @@ tpu_dtype_t tpu__result_type(tpu_build_t* b, const int* arg_idx, int n);
 /* The dtype an argument has for promotion purposes (scalar: by its kind). */
 tpu_dtype_t tpu__arg_dtype(const tpu_arg_t* a);
 
+/* The C++ type name of a dtype as c10's messages print it ("float", "long int"). */
+const char* tpu__dtype_cpp_name(tpu_dtype_t dtype);
+/* Out variant: every out= tensor must have its output's declared dtype exactly, as the
+ * out= forms of structured and generated (CompositeExplicitAutograd) kernels require:
+ * "Expected out tensor to have dtype float, but got double instead". Call after the
+ * outputs are declared; the out= tensors are the last node->n_out arguments. */
+tpu_status_t tpu__out_dtypes_exact(tpu_build_t* b);
+
 /* For in-place and out=: the dtype outputs will actually be stored as. */
 bool tpu__dtype_ok_for_out(tpu_dtype_t computed, tpu_dtype_t out);
 

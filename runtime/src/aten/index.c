@@ -1328,7 +1328,7 @@ static tpu_status_t build_unique_consecutive(tpu_build_t* b) {
   else if (dim < 0) tpu__node_add_output(node, TPU_DTYPE_I64, x->ndim, x->sizes);
   else tpu__node_add_output(node, TPU_DTYPE_I64, 1, &x->sizes[dim]);
   tpu__node_add_output(node, TPU_DTYPE_I64, 1, want_cnt ? &runs : &zero);
-  return NULL;
+  return tpu__out_dtypes_exact(b);
 }
 
 /* _assert_async(self) / _assert_async.msg(self, assert_msg): self (one element) must be

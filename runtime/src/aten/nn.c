@@ -882,8 +882,12 @@ static tpu_status_t build_masked_softmax(tpu_build_t* b) {
   b->node->compute = tpu__compute_dtype(x->dtype);
   b->node->ia[0] = x->ndim ? wd : 0;
   tpu__node_add_output(b->node, x->dtype, x->ndim, x->sizes);
-  return NULL;
+  return tpu__out_dtypes_exact(b);
 }
+
+/* What c10's TORCH_CHECK without a message appends to "Expected <cond> to be true". */
+#define TPU__CHECK_TAIL \
+  "(Could this error message be improved?  If so, please report an enhancement request to PyTorch.)"
 
 /* _transform_bias_rescale_qkv(qkv, qkv_bias, num_heads) [.out]: qkv [B, T, 3D] plus the
  * bias [3D] split into q, k, v, each [B, heads, T, D / heads], q scaled by
@@ -906,9 +910,9 @@ static tpu_status_t build_transform_qkv(tpu_build_t* b) {
   const int64_t B = qkv->sizes[0], T = qkv->sizes[1], D3 = qkv->sizes[2], D = D3 / 3;
   if (heads <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "num_heads must be positive, got %lld", (long long)heads);
   if (D3 % 3 != 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected _3D %% 3 == 0 to be true, but got false.");
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected _3D %% 3 == 0 to be true, but got false.  " TPU__CHECK_TAIL);
   if (D % heads != 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected D %% num_head == 0 to be true, but got false.");
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected D %% num_head == 0 to be true, but got false.  " TPU__CHECK_TAIL);
   if (!tpu_dtype_is_floating(qkv->dtype))
     return tpu__err_not_implemented_for(b, "transform_bias_rescale_qkv", qkv->dtype);
   if (bias->dtype != qkv->dtype || tpu_view_numel(bias) != D3) {
@@ -950,7 +954,7 @@ static tpu_status_t build_transform_qkv(tpu_build_t* b) {
   b->node->da[0] = scale;
   int64_t shape[4] = {B, heads, T, dh};
   for (int i = 0; i < 3; ++i) tpu__node_add_output(b->node, qkv->dtype, 4, shape);
-  return NULL;
+  return tpu__out_dtypes_exact(b);
 }
 
 const tpu_aten_entry_t tpu__aten_nn[] = {
