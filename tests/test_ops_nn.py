@@ -4,6 +4,7 @@ replication padding, im2col/col2im, in their functional, out= and backward forms
 
 Every comparison runs the same call on CPU and on tpu; the native kernels must not go
 through the CPU fallback (checked with torchtpu.fallback_report())."""
+import contextlib
 import math
 
 import pytest
@@ -871,26 +872,43 @@ def _fast_path_modules():
 
 
 @pytest.mark.parametrize("name", ["encoder", "encoder_gelu_norm_first", "mha"])
-@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padmask"])
+@pytest.mark.parametrize("masked", [False, True, "allpad"], ids=["nomask", "padmask", "allpad"])
 def test_transformer_fast_path_runs_natively(name, masked):
     """nn.TransformerEncoder / nn.MultiheadAttention in eval take PyTorch's fused path
     (_transformer_encoder_layer_fwd, _native_multi_head_attention) on tpu too: it must
-    match CPU with no op on the CPU fallback, key padding mask included."""
+    match CPU with no op on the CPU fallback, key padding mask included (with every key
+    of a sequence padded, CPU's fused path gives NaN rows; so does tpu's)."""
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
     m = _fast_path_modules()[name].eval()
     x = torch.randn(2, 5, 32)
     pad = torch.tensor([[False] * 5, [False, False, False, True, True]]) if masked else None
-    with torch.no_grad():
-        if name == "mha":
-            ref = m(x, x, x, key_padding_mask=pad, need_weights=False)[0]
-            m.to("tpu")
-            with native("_native_multi_head_attention", "_transform_bias_rescale_qkv", "_masked_softmax"):
-                got = m(*tpu(x, x, x), key_padding_mask=None if pad is None else tpu(pad), need_weights=False)[0]
-        else:
-            ref = m(x, src_key_padding_mask=pad)
-            m.to("tpu")
-            with no_cpu_fallback():
-                got = m(tpu(x), src_key_padding_mask=None if pad is None else tpu(pad))
+    if masked == "allpad":
+        pad = torch.tensor([[False] * 5, [True] * 5])
+    fused = "_native_multi_head_attention" if name == "mha" else "_transformer_encoder_layer_fwd"
+    # debug mode's NaN check would raise on the NaN rows CPU gives too
+    nan_ok = torchtpu.set_debug_options(nan="warn") if masked == "allpad" else contextlib.nullcontext()
+    with torch.no_grad(), nan_ok:
+        with Seen() as seen:  # the CPU reference takes the fused path as well
+            ref = m(x, x, x, key_padding_mask=pad, need_weights=False)[0] if name == "mha" \
+                else m(x, src_key_padding_mask=pad)
+        assert fused in seen.ops
+        m.to("tpu")
+        xt, pt = tpu(x), None if pad is None else tpu(pad)  # q, k, v the same tensor: self-attention
+        with no_cpu_fallback(), Seen() as seen:
+            got = m(xt, xt, xt, key_padding_mask=pt, need_weights=False)[0] if name == "mha" \
+                else m(xt, src_key_padding_mask=pt)
+        assert fused in seen.ops
     close(got, ref)
+    assert ref.isnan().any() == (masked == "allpad")
 
 
 # ---- the fast path's kernels one by one: _masked_softmax, _transform_bias_rescale_qkv,
