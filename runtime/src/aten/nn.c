@@ -801,9 +801,6 @@ static tpu_status_t build_col2im(tpu_build_t* b) {
   return NULL;
 }
 
-/* _scaled_dot_product_fused_attention_overrideable declares two outputs (output,
- * logsumexp); the adapter fills the schema's remaining returns, which carry nothing for a
- * dropout-free kernel. */
 /* ---- the transformer inference fast path -------------------------------------------
  * nn.MultiheadAttention / nn.TransformerEncoderLayer in eval go through ATen's
  * _native_multi_head_attention and _transformer_encoder_layer_fwd (registered for tpu by
@@ -893,19 +890,19 @@ static tpu_status_t build_masked_softmax(tpu_build_t* b) {
  * bias [3D] split into q, k, v, each [B, heads, T, D / heads], q scaled by
  * 1 / sqrt(D / heads). Rounded as ATen's CPU kernel (found by comparing bits): in
  * float64 for float64, else in float32 (sum, scale 1 / sqrtf, product), rounded to the
- * dtype once at the end. (CPU returns three
- * slices of one buffer; here they are three tensors, which no caller can tell apart.)
+ * dtype once at the end. (CPU returns three slices of one buffer; here they are three
+ * tensors, which no caller can tell apart.)
  * A bias of another dtype or size, which CPU reads out of bounds, is refused.
- * Node QKV_TRANSFORM: in[0] qkv, in[1] bias (a dense 1-d view of its 3D elements);
- * ia[0] heads; da[0] the scale. */
+ * Node QKV_TRANSFORM: in[0] qkv, in[1] bias (any shape of 3D elements, read in
+ * row-major order as CPU reads its memory); ia[0] heads; da[0] the scale. */
 static tpu_status_t build_transform_qkv(tpu_build_t* b) {
   const tpu_view_t *qkv, *bias;
   int64_t heads;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &qkv));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &bias));
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &heads));
-  int d2;
-  if (qkv->ndim != 3) TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, 2, qkv->ndim, &d2));
+  int unused;
+  if (qkv->ndim < 3) TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, 2, qkv->ndim, &unused)); /* CPU's qkv.size(2) */
   if (qkv->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "expected a 3-d qkv, got %d-d", qkv->ndim);
   const int64_t B = qkv->sizes[0], T = qkv->sizes[1], D3 = qkv->sizes[2], D = D3 / 3;
   if (heads <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "num_heads must be positive, got %lld", (long long)heads);
@@ -921,33 +918,10 @@ static tpu_status_t build_transform_qkv(tpu_build_t* b) {
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected qkv_bias of %lld elements of dtype %s (qkv's), got %s of shape %s",
                     (long long)D3, tpu__dtype_c10_name(qkv->dtype), tpu__dtype_c10_name(bias->dtype), s);
   }
-  /* the bias as a 1-d view: its elements in order, whatever its shape */
-  tpu_view_t bv = *bias;
-  int64_t stride = 1;
-  bool one_d = true;
-  for (int d = bias->ndim - 1, seen = 0; d >= 0; --d) {
-    if (bias->sizes[d] == 1) continue;
-    if (seen++) one_d = false;
-    stride = bias->strides[d];
-  }
-  if (!one_d) {
-    int64_t st = 1;
-    for (int d = bias->ndim - 1; d >= 0 && one_d; --d) {
-      if (bias->sizes[d] != 1 && bias->strides[d] != st) one_d = false;
-      st *= bias->sizes[d];
-    }
-    if (!one_d)
-      return tpu__err(b, TPU_UNIMPLEMENTED, "a non-contiguous multi-dimensional qkv_bias is not supported on tpu");
-    stride = 1;
-    one_d = true;
-  }
-  bv.ndim = 1;
-  bv.sizes[0] = D3;
-  bv.strides[0] = stride;
   const int64_t dh = D / heads;
   double scale = qkv->dtype == TPU_DTYPE_F64 ? 1.0 / sqrt((double)dh) : (double)(1.0f / sqrtf((float)dh));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, qkv));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, &bv));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, bias));
   b->node->kind = TPU_KIND_QKV_TRANSFORM;
   b->node->compute = tpu__compute_dtype(qkv->dtype);
   b->node->ia[0] = heads;
@@ -957,11 +931,10 @@ static tpu_status_t build_transform_qkv(tpu_build_t* b) {
   return tpu__out_dtypes_exact(b);
 }
 
+/* _scaled_dot_product_fused_attention_overrideable declares two outputs (output,
+ * logsumexp); the adapter fills the schema's remaining returns, which carry nothing for a
+ * dropout-free kernel. */
 const tpu_aten_entry_t tpu__aten_nn[] = {
-    {"_masked_softmax", build_masked_softmax, NULL},
-    {"_masked_softmax.out", build_masked_softmax, NULL},
-    {"_transform_bias_rescale_qkv", build_transform_qkv, NULL},
-    {"_transform_bias_rescale_qkv.out", build_transform_qkv, NULL},
     {"native_layer_norm", build_layer_norm, NULL},
     {"native_layer_norm.out", build_layer_norm, NULL},
     {"native_layer_norm_backward", build_layer_norm_backward, NULL},
@@ -1006,5 +979,9 @@ const tpu_aten_entry_t tpu__aten_nn[] = {
     {"im2col.out", build_im2col, NULL},
     {"col2im", build_col2im, NULL},
     {"col2im.out", build_col2im, NULL},
+    {"_masked_softmax", build_masked_softmax, NULL},
+    {"_masked_softmax.out", build_masked_softmax, NULL},
+    {"_transform_bias_rescale_qkv", build_transform_qkv, NULL},
+    {"_transform_bias_rescale_qkv.out", build_transform_qkv, NULL},
     {NULL, NULL, NULL},
 };
