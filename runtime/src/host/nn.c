@@ -1281,15 +1281,37 @@ static tpu_status_t col2im_kernel(tpu_node_t* n) {
 
 /* ---- the transformer inference fast path (aten/nn.c) --------------------------------- */
 
-/* Rows of MASKED_SOFTMAX, each n values in double with its n mask bytes. Rounded as
- * ATen's CPU kernel rounds: x - max and exp(.) in the dtype, the sum in double for
- * float32/float64 and in float for bf16/f16, the product with 1 / sum in the dtype. A
- * masked position adds 0, so a row with nothing unmasked has 1 / 0 = inf as its scale
- * and is NaN throughout, as on CPU. */
+/* Rows of MASKED_SOFTMAX: n values (float32 for f32/bf16/f16, double for f64) and their
+ * n mask bytes. As ATen's CPU kernel: the max over unmasked values; e^(x - max) for
+ * unmasked positions and 0 for masked ones (for bf16/f16 x - max and the exponential
+ * rounded to the dtype); the sum in double (float for bf16/f16); each value times
+ * 1 / sum. A row with nothing unmasked has scale 1 / 0 = inf and is NaN throughout, as
+ * on CPU; an unmasked NaN, +inf or an all -inf row poisons the row the same way. */
+#define MASKED_SOFTMAX_ROW(T, SFX, EXPT)                                                        \
+  TPU_ISA_CLONES static void masked_softmax_row_##SFX(const T* x, const uint8_t* m, T* y, int64_t n,  \
+                                                      tpu_dtype_t t) {                          \
+    const bool narrow = t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16;                              \
+    T mx = (T)-INFINITY;                                                                        \
+    for (int64_t j = 0; j < n; ++j) {                                                           \
+      T v = m[j] ? (T)-INFINITY : x[j];                                                         \
+      mx = v > mx ? v : mx;                                                                     \
+    }                                                                                           \
+    for (int64_t j = 0; j < n; ++j) y[j] = x[j] - mx;                                           \
+    if (narrow) tpu__round_f32_run((float*)y, n, t);                                            \
+    for (int64_t j = 0; j < n; ++j) y[j] = m[j] ? (T)0 : EXPT(y[j]);                            \
+    if (narrow) tpu__round_f32_run((float*)y, n, t);                                            \
+    double sum = 0;                                                                             \
+    for (int64_t j = 0; j < n; ++j) sum += y[j];                                                \
+    double scale = narrow ? (double)(1.0f / (float)sum) : 1.0 / sum;                            \
+    for (int64_t j = 0; j < n; ++j) y[j] = (T)(y[j] * scale);                                   \
+  }
+MASKED_SOFTMAX_ROW(float, f32, tpu__vexpf)
+MASKED_SOFTMAX_ROW(double, f64, exp)
+
 typedef struct msm_s {
-  const double* x;
+  const void* x;
   const uint8_t* m;
-  double* y;
+  void* y;
   int64_t n;
   tpu_dtype_t t;
 } msm_t;
@@ -1298,28 +1320,16 @@ static tpu_status_t masked_softmax_rows(void* arg, int64_t jb, int64_t je, int t
   (void)tid;
   const msm_t* S = arg;
   const int64_t n = S->n;
-  const tpu_dtype_t t = S->t;
   for (int64_t r = jb; r < je; ++r) {
-    const double* x = S->x + r * n;
-    const uint8_t* m = S->m + r * n;
-    double* y = S->y + r * n;
-    double mx = -INFINITY;
-    for (int64_t j = 0; j < n; ++j)
-      if (!m[j] && x[j] > mx) mx = x[j];
-    double sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      double z = m[j] ? 0.0 : tpu__round_to_dtype(exp(tpu__round_to_dtype(x[j] - mx, t)), t);
-      y[j] = z;
-      sum += z;
-    }
-    double scale = 1.0 / sum;
-    if (t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16) scale = (float)(1.0f / (float)sum);
-    for (int64_t j = 0; j < n; ++j) y[j] = tpu__round_to_dtype(y[j] * scale, t);
+    if (S->t == TPU_DTYPE_F64)
+      masked_softmax_row_f64((const double*)S->x + r * n, S->m + r * n, (double*)S->y + r * n, n, S->t);
+    else
+      masked_softmax_row_f32((const float*)S->x + r * n, S->m + r * n, (float*)S->y + r * n, n, S->t);
   }
   return NULL;
 }
 
-/* op with its dims permuted so that dim d comes last (the layout of packed rows). */
+/* perm: the dims in order with d moved last (the layout of packed rows). */
 static void perm_last(int nd, int d, int* perm) {
   int k = 0;
   for (int i = 0; i < nd; ++i) if (i != d) perm[k++] = i;
@@ -1329,30 +1339,32 @@ static void perm_last(int nd, int d, int* perm) {
 static tpu_status_t masked_softmax_kernel(tpu_node_t* node) {
   tpu_operand_t* out = &node->out[0];
   const tpu_operand_t* xo = &node->in[0];
-  int64_t total = tpu__operand_numel(xo);
+  const int64_t total = tpu__operand_numel(xo);
   if (total == 0) return NULL;
-  int nd = xo->ndim, d = (int)node->ia[0];
-  int64_t n = nd ? xo->sizes[d] : 1;
+  const int nd = xo->ndim, d = (int)node->ia[0];
+  const int64_t n = nd ? xo->sizes[d] : 1;
+  const tpu_dtype_t rt = xo->dtype == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
+  const size_t es = tpu_dtype_size(rt);
   int perm[TPU_MAX_DIMS];
   perm_last(nd, d, perm);
-  double* x = tpu__malloc(cnt1(total) * sizeof(double));
-  double* y = tpu__malloc(cnt1(total) * sizeof(double));
+  void* x = tpu__malloc(cnt1(total) * es);
+  void* y = tpu__malloc(cnt1(total) * es);
   uint8_t* m = tpu__malloc(cnt1(total));
   tpu_status_t st = NULL;
   if (!x || !y || !m) {
     st = TPU_HOST_NOMEM();
   } else {
-    tpu__pack(xo, nd ? perm : NULL, TPU_DTYPE_F64, x);
+    tpu__pack(xo, nd ? perm : NULL, rt, x);
     tpu__pack(&node->in[1], nd ? perm : NULL, TPU_DTYPE_BOOL, m);
     msm_t S = {x, m, y, n, xo->dtype};
-    int64_t rows = total / n;
+    const int64_t rows = total / n;
     st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
              ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / n + 1, masked_softmax_rows, &S)
              : masked_softmax_rows(&S, 0, rows, 0);
     if (!st) {
       tpu_operand_t po = *out;
       for (int i = 0; i < nd; ++i) { po.sizes[i] = out->sizes[perm[i]]; po.strides[i] = out->strides[perm[i]]; }
-      tpu__unpack(&po, y, TPU_DTYPE_F64);
+      tpu__unpack(&po, y, rt);
     }
   }
   tpu__free(x);
