@@ -1374,43 +1374,75 @@ static tpu_status_t masked_softmax_kernel(tpu_node_t* node) {
 }
 
 /* QKV_TRANSFORM: out s (q, k, v)[b, h, t, e] = qkv[b, t, s D + h dh + e] + bias[same],
- * q's times the scale, each step in float32 (float64 for float64), rounded to the dtype
- * on store. */
+ * q's times the scale, in float32 (float64 for float64; CPU's arithmetic), rounded to the
+ * dtype on store. Work is split by (b, t) rows of qkv. */
+typedef struct qkv_s {
+  const void* x;
+  const void* bias;
+  void* y[3];
+  int64_t T, H, dh;
+  double scale;
+  bool f64;
+} qkv_t;
+
+#define QKV_ROWS(TY, SFX)                                                                     \
+  static void qkv_rows_##SFX(const qkv_t* S, int64_t rb, int64_t re) {                        \
+    const int64_t T = S->T, H = S->H, dh = S->dh, D = H * dh;                                 \
+    const TY scale = (TY)S->scale;                                                            \
+    const TY* bias = S->bias;                                                                 \
+    for (int64_t r = rb; r < re; ++r) {                                                       \
+      const int64_t b = r / T, tt = r % T;                                                    \
+      for (int s = 0; s < 3; ++s)                                                             \
+        for (int64_t h = 0; h < H; ++h) {                                                     \
+          const TY* xr = (const TY*)S->x + r * 3 * D + s * D + h * dh;                        \
+          const TY* br = bias + s * D + h * dh;                                               \
+          TY* yr = (TY*)S->y[s] + ((b * H + h) * T + tt) * dh;                                \
+          if (s == 0)                                                                         \
+            for (int64_t e = 0; e < dh; ++e) yr[e] = (TY)(xr[e] + br[e]) * scale;             \
+          else                                                                                \
+            for (int64_t e = 0; e < dh; ++e) yr[e] = xr[e] + br[e];                           \
+        }                                                                                     \
+    }                                                                                         \
+  }
+QKV_ROWS(float, f32)
+QKV_ROWS(double, f64)
+
+static tpu_status_t qkv_chunk(void* arg, int64_t rb, int64_t re, int tid) {
+  (void)tid;
+  const qkv_t* S = arg;
+  if (S->f64) qkv_rows_f64(S, rb, re);
+  else qkv_rows_f32(S, rb, re);
+  return NULL;
+}
+
 static tpu_status_t qkv_transform_kernel(tpu_node_t* node) {
   const tpu_operand_t* qo = &node->in[0];
-  const int64_t B = qo->sizes[0], T = qo->sizes[1], D3 = qo->sizes[2], D = D3 / 3;
-  const int64_t H = node->ia[0], dh = D / H;
-  const tpu_dtype_t t = qo->dtype, acc = t == TPU_DTYPE_F64 ? t : TPU_DTYPE_F32;
-  const double scale = node->da[0];
-  int64_t total = B * T * D3;
+  const int64_t B = qo->sizes[0], T = qo->sizes[1], D3 = qo->sizes[2];
+  const int64_t H = node->ia[0], dh = D3 / 3 / H;
+  const int64_t total = B * T * D3;
   if (total == 0) return NULL;
-  double* x = tpu__malloc(cnt1(total) * sizeof(double));
-  double* bias = tpu__malloc(cnt1(D3) * sizeof(double));
-  double* y = tpu__malloc(cnt1(total / 3) * sizeof(double));
+  const bool f64 = qo->dtype == TPU_DTYPE_F64;
+  const tpu_dtype_t rt = f64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
+  const size_t es = tpu_dtype_size(rt);
+  qkv_t S = {NULL, NULL, {NULL, NULL, NULL}, T, H, dh, node->da[0], f64};
+  void* x = tpu__malloc(cnt1(total) * es);
+  void* bias = tpu__malloc(cnt1(D3) * es);
+  for (int s = 0; s < 3; ++s) S.y[s] = tpu__malloc(cnt1(total / 3) * es);
   tpu_status_t st = NULL;
-  if (!x || !bias || !y) {
+  if (!x || !bias || !S.y[0] || !S.y[1] || !S.y[2]) {
     st = TPU_HOST_NOMEM();
   } else {
-    tpu__pack(qo, NULL, TPU_DTYPE_F64, x);
-    tpu__pack(&node->in[1], NULL, TPU_DTYPE_F64, bias);
-    for (int s = 0; s < 3; ++s) {
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t tt = 0; tt < T; ++tt) {
-            const double* xr = x + (b * T + tt) * D3 + s * D + h * dh;
-            const double* br = bias + s * D + h * dh;
-            double* yr = y + ((b * H + h) * T + tt) * dh;
-            for (int64_t e = 0; e < dh; ++e) {
-              double v = tpu__round_to_dtype(xr[e] + br[e], acc);
-              yr[e] = tpu__round_to_dtype(s == 0 ? tpu__round_to_dtype(v * scale, acc) : v, t);
-            }
-          }
-      tpu__unpack(&node->out[s], y, TPU_DTYPE_F64);
-    }
+    tpu__pack(qo, NULL, rt, x);
+    tpu__pack(&node->in[1], NULL, rt, bias);
+    S.x = x;
+    S.bias = bias;
+    st = total >= TPU_PARALLEL_MIN_WORK ? tpu__parallel_for(B * T, TPU_PARALLEL_MIN_WORK / D3 + 1, qkv_chunk, &S)
+                                        : qkv_chunk(&S, 0, B * T, 0);
+    for (int s = 0; !st && s < 3; ++s) tpu__unpack(&node->out[s], S.y[s], rt);
   }
   tpu__free(x);
   tpu__free(bias);
-  tpu__free(y);
+  for (int s = 0; s < 3; ++s) tpu__free(S.y[s]);
   return st;
 }
 
