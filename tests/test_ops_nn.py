@@ -1,6 +1,8 @@
 """nn and norm families on tpu against PyTorch's CPU results: layer norm, embedding, nll
 loss, fused attention, the pointwise losses, weight norm, group norm, reflection and
-replication padding, im2col/col2im, in their functional, out= and backward forms.
+replication padding, im2col/col2im, in their functional, out= and backward forms; the
+transformer inference fast path and its kernels (_masked_softmax,
+_transform_bias_rescale_qkv, _addmm_activation).
 
 Every comparison runs the same call on CPU and on tpu; the native kernels must not go
 through the CPU fallback (checked with torchtpu.fallback_report())."""
