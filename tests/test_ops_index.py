@@ -1,7 +1,8 @@
 """Index and shape ops on tpu against PyTorch CPU: gather/scatter family, index_select,
 index_add/index_copy, advanced indexing and index_put, masked ops, nonzero, cat, flip,
 roll, repeat, constant_pad_nd, tril/triu, sort/topk, arange, eye, linspace/logspace,
-searchsorted/bucketize, isin, repeat_interleave, bincount.
+searchsorted/bucketize, isin, repeat_interleave, bincount, unique_consecutive,
+_assert_async.
 
 Each test runs the op on CPU and on tpu from the same inputs (all dtypes the backend
 supports; plain, in-place and out= forms; broadcasting; non-contiguous inputs), checks
@@ -24,7 +25,7 @@ NATIVE = {"gather", "scatter", "scatter_add", "scatter_reduce", "index_select", 
           "index_copy", "index", "_index_put_impl", "masked_select", "masked_scatter", "nonzero",
           "cat", "flip", "roll", "repeat", "constant_pad_nd", "tril", "triu", "sort", "topk",
           "arange", "eye", "linspace", "logspace", "searchsorted", "bucketize", "isin",
-          "repeat_interleave", "unfold_backward", "bincount"}
+          "repeat_interleave", "unfold_backward", "bincount", "unique_consecutive", "_assert_async"}
 
 
 def _ours(key):
@@ -748,18 +749,109 @@ def test_unique_consecutive_matches_cpu(x, ri, rc):
         assert torch.equal(a.nan_to_num(7.0), b.cpu().nan_to_num(7.0))
 
 
-def test_unique_consecutive_dim_of_2d_input_uses_counted_fallback():
-    x = torch.tensor([[1, 1], [1, 1], [2, 2]])
-    before = dict(torchtpu.fallback_report())
-    got = torch.unique_consecutive(x.to("tpu"), dim=0)
-    assert torch.equal(got.cpu(), torch.unique_consecutive(x, dim=0))
-    assert torchtpu.fallback_report().get("aten::unique_consecutive", 0) == before.get("aten::unique_consecutive", 0) + 1
+def _same_tuple(got, ref):
+    for a, b in zip(ref, got):
+        assert b.device.type == "tpu"
+        assert a.dtype == b.dtype and a.shape == b.shape, (a, b)
+        b = b.cpu()
+        if a.is_floating_point():
+            assert torch.equal(a.isnan(), b.isnan())
+            a, b = a.nan_to_num(7.0), b.nan_to_num(7.0)
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [None, 0, 1, -1, 2])
+def test_unique_consecutive_dims_match_cpu(dtype, dim):
+    """Runs along a dim (equal slices) and over the flattened input, every dtype, a
+    non-contiguous input; with a dim CPU returns inverse and counts even unasked."""
+    base = make((3, 40, 4), torch.int64, low=0, high=2)
+    base[1] = base[0]  # equal slices along dim 0
+    base[:, 5] = base[:, 4]  # and along dim 1
+    x = base.to(dtype).transpose(0, 2)  # [4, 40, 3], non-contiguous
+    for ri, rc in [(False, False), (True, True), (True, False)]:
+        ref = torch.ops.aten.unique_consecutive(x, ri, rc, dim)
+        got = torch.ops.aten.unique_consecutive(tpu(x), ri, rc, dim)
+        _same_tuple(got, ref)
+
+
+def test_unique_consecutive_float_values_and_out():
+    """NaN never equals NaN, -0.0 equals 0.0 (the first is kept), as on CPU; out= tensors
+    must have the results' dtypes exactly."""
+    x = torch.tensor([[-0.0, 0.0, float("nan"), float("nan"), 1.0], [0.0, -0.0, 1, 1, 1]])
+    for dim in [None, 0, 1]:
+        _same_tuple(torch.ops.aten.unique_consecutive(tpu(x), True, True, dim),
+                    torch.ops.aten.unique_consecutive(x, True, True, dim))
+    outs = [tpu(torch.empty(0)), tpu(torch.empty(0, dtype=torch.long)), tpu(torch.empty(5, dtype=torch.long))]
+    torch.ops.aten.unique_consecutive(tpu(x), True, True, None, out0=outs[0], out1=outs[1], out2=outs[2])
+    _same_tuple(outs, torch.ops.aten.unique_consecutive(x, True, True, None))
+    bad = [tpu(torch.empty(0)), tpu(torch.empty(0, dtype=torch.int32)), tpu(torch.empty(0, dtype=torch.long))]
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype long int, but got int instead"):
+        torch.ops.aten.unique_consecutive(tpu(x), True, True, None, out0=bad[0], out1=bad[1], out2=bad[2])
+
+
+@pytest.mark.parametrize("x,dim", [(torch.tensor(5), None), (torch.empty(0, 3), 0), (torch.empty(0, 3), None),
+                                   (torch.empty(2, 0, 3), 1)],
+                         ids=["0d", "empty_dim0", "empty_flat", "empty_mid"])
+def test_unique_consecutive_edge_shapes(x, dim):
+    for ri, rc in [(False, False), (True, True)]:
+        _same_tuple(torch.ops.aten.unique_consecutive(tpu(x), ri, rc, dim),
+                    torch.ops.aten.unique_consecutive(x, ri, rc, dim))
+
+
+@pytest.mark.parametrize("x,dim,exc,msg", [
+    (torch.tensor(5), 0, IndexError, "Dimension specified as 0 but tensor has no dimensions"),
+    (torch.tensor([1, 2]), 2, IndexError, "Dimension out of range"),
+    (torch.empty(3, 0), 0, RuntimeError, "There are 0 sized dimensions, and they aren't selected"),
+    (torch.empty(0, 0), 0, RuntimeError, "Number of zero sized dimensions is more than one"),
+], ids=["0d_dim", "dim_range", "zero_other", "zero_two"])
+def test_unique_consecutive_errors_match_cpu(x, dim, exc, msg):
+    with pytest.raises(exc, match=msg):
+        torch.ops.aten.unique_consecutive(x, True, True, dim)
+    with pytest.raises(exc, match=msg):
+        torch.ops.aten.unique_consecutive(tpu(x), True, True, dim)
+
+
+def _async_raises(fn, match):
+    """fn's error is the running op's: in strict and defer_and_fuse it surfaces at the next
+    synchronization, in debug mode at the call itself; either way it names the op."""
+    debug = torchtpu.get_eager_mode() == "debug"
+    with pytest.raises(RuntimeError, match=match) as e:
+        fn()
+        assert not debug, "debug mode raises at the call"
+        torch.tpu.synchronize()
+    assert "_assert_async" in str(e.value)
 
 
 def test_assert_async():
     with native("_assert_async"):
-        torch._assert_async(torch.tensor(1, device="tpu"))
-        with pytest.raises(RuntimeError, match="single nonzero value"):
-            torch._assert_async(torch.tensor(0, device="tpu"))
-        with pytest.raises(RuntimeError, match="custom message"):
-            torch._assert_async(torch.tensor(0.0, device="tpu"), "custom message")
+        for v in [1, -3, 0.5, -0.5, float("nan"), True]:
+            torch._assert_async(torch.tensor(v, device="tpu"))
+            torch._assert_async(torch.tensor([[v]], device="tpu"), "not raised")
+        torch._assert_async(torch.tensor([0.0, 2.0], device="tpu")[1:])
+        torch.tpu.synchronize()
+        _async_raises(lambda: torch._assert_async(torch.tensor(0, device="tpu")),
+                      "Expected Tensor with single nonzero value, but got zero")
+        _async_raises(lambda: torch._assert_async(torch.tensor(-0.0, device="tpu")), "single nonzero value")
+        _async_raises(lambda: torch._assert_async(torch.tensor(False, device="tpu")), "single nonzero value")
+        _async_raises(lambda: torch._assert_async(torch.tensor(0.0, device="tpu", dtype=torch.bfloat16),
+                                                  "custom message"), "custom message")
+        _async_raises(lambda: torch._assert_async(torch.tensor(0, device="tpu"), ""), "Assertion is failed")
+        # the value checked is the one when the op runs: a later write does not change it
+        t = torch.zeros((), device="tpu")
+        _async_raises(lambda: (torch._assert_async(t, "first"), t.fill_(1)), "first")
+        # the element count is checked at the call, as on CPU
+        for x, msg in [(torch.tensor([1, 1]), "more than one value"), (torch.tensor([]), "no values")]:
+            with pytest.raises(RuntimeError, match=msg):
+                torch._assert_async(x)
+            with pytest.raises(RuntimeError, match=msg):
+                torch._assert_async(tpu(x))
+        torch._assert_async(torch.tensor(1, device="tpu"))  # the device works on afterwards
+        torch.tpu.synchronize()
+
+
+def test_assert_async_complex():
+    with native("_assert_async"):
+        torch._assert_async(torch.tensor(1j, device="tpu"))
+        torch.tpu.synchronize()
+        _async_raises(lambda: torch._assert_async(torch.tensor(-0.0 + 0j, device="tpu")), "single nonzero value")

@@ -1,9 +1,12 @@
 """nn and norm families on tpu against PyTorch's CPU results: layer norm, embedding, nll
 loss, fused attention, the pointwise losses, weight norm, group norm, reflection and
-replication padding, im2col/col2im, in their functional, out= and backward forms.
+replication padding, im2col/col2im, in their functional, out= and backward forms; the
+transformer inference fast path and its kernels (_masked_softmax,
+_transform_bias_rescale_qkv, _addmm_activation).
 
 Every comparison runs the same call on CPU and on tpu; the native kernels must not go
 through the CPU fallback (checked with torchtpu.fallback_report())."""
+import contextlib
 import math
 
 import pytest
@@ -935,23 +938,238 @@ def _fast_path_modules():
 
 
 @pytest.mark.parametrize("name", ["encoder", "encoder_gelu_norm_first", "mha"])
-@pytest.mark.parametrize("masked", [False, True], ids=["nomask", "padmask"])
+@pytest.mark.parametrize("masked", [False, True, "allpad"], ids=["nomask", "padmask", "allpad"])
 def test_transformer_fast_path_runs_natively(name, masked):
     """nn.TransformerEncoder / nn.MultiheadAttention in eval take PyTorch's fused path
     (_transformer_encoder_layer_fwd, _native_multi_head_attention) on tpu too: it must
-    match CPU with no op on the CPU fallback, key padding mask included."""
+    match CPU with no op on the CPU fallback, key padding mask included (with every key
+    of a sequence padded, CPU's fused path gives NaN rows; so does tpu's)."""
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
     m = _fast_path_modules()[name].eval()
     x = torch.randn(2, 5, 32)
     pad = torch.tensor([[False] * 5, [False, False, False, True, True]]) if masked else None
-    with torch.no_grad():
-        if name == "mha":
-            ref = m(x, x, x, key_padding_mask=pad, need_weights=False)[0]
-            m.to("tpu")
-            with native("_native_multi_head_attention", "_transform_bias_rescale_qkv", "_masked_softmax"):
-                got = m(*tpu(x, x, x), key_padding_mask=None if pad is None else tpu(pad), need_weights=False)[0]
-        else:
-            ref = m(x, src_key_padding_mask=pad)
-            m.to("tpu")
-            with no_cpu_fallback():
-                got = m(tpu(x), src_key_padding_mask=None if pad is None else tpu(pad))
+    if masked == "allpad":
+        pad = torch.tensor([[False] * 5, [True] * 5])
+    fused = "_native_multi_head_attention" if name == "mha" else "_transformer_encoder_layer_fwd"
+    # debug mode's NaN check would raise on the NaN rows CPU gives too
+    nan_ok = torchtpu.set_debug_options(nan="warn") if masked == "allpad" else contextlib.nullcontext()
+    with torch.no_grad(), nan_ok:
+        with Seen() as seen:  # the CPU reference takes the fused path as well
+            ref = m(x, x, x, key_padding_mask=pad, need_weights=False)[0] if name == "mha" \
+                else m(x, src_key_padding_mask=pad)
+        assert fused in seen.ops
+        m.to("tpu")
+        xt, pt = tpu(x), None if pad is None else tpu(pad)  # q, k, v the same tensor: self-attention
+        with no_cpu_fallback(), Seen() as seen:
+            got = m(xt, xt, xt, key_padding_mask=pt, need_weights=False)[0] if name == "mha" \
+                else m(xt, src_key_padding_mask=pt)
+        assert fused in seen.ops
     close(got, ref)
+    assert ref.isnan().any() == (masked == "allpad")
+
+
+# ---- the fast path's kernels one by one: _masked_softmax, _transform_bias_rescale_qkv,
+# ---- _addmm_activation ------------------------------------------------------------------
+
+def _pair(fn):
+    """fn(device) on CPU and on tpu from the same random draws."""
+    torch.manual_seed(7)
+    exp = fn("cpu")
+    torch.manual_seed(7)
+    with native("_masked_softmax", "_transform_bias_rescale_qkv", "_addmm_activation", "relu", "gelu", "addmm"):
+        got = fn(DEV)
+    return got, exp
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("dim", [-1, 0, 1])
+def test_masked_softmax_general_mask(dtype, dim):
+    """mask_type 2 (mask shaped like the input) over every dim; a row with every position
+    masked is NaN throughout, as CPU's kernel gives it."""
+    def f(dev):
+        x = torch.randn(3, 7, 33).to(dtype)
+        m = torch.rand(3, 7, 33) > 0.5
+        m[0, 1], m[2, :, 4] = True, True  # fully masked rows along dims 2 and 1
+        return A._masked_softmax(x.to(dev), m.to(dev), dim, 2)
+    got, exp = _pair(f)
+    assert exp.isnan().any()
+    close(got, exp)
+
+
+@pytest.mark.parametrize("mask_type", [0, 1])
+@pytest.mark.parametrize("dim", [3, -1, 2, None])
+def test_masked_softmax_attention_and_padding_masks(mask_type, dim):
+    """mask_type 0: an [L, L] attention mask, 1: a [B, L] key padding mask, of a
+    [B, heads, L, L] input; over the last dim and (expanded, as CPU does) any other."""
+    def f(dev):
+        x = torch.randn(2, 3, 5, 5)
+        m = torch.rand(5, 5) > 0.6 if mask_type == 0 else torch.rand(2, 5) > 0.6
+        m[1] = True
+        return A._masked_softmax(x.to(dev), m.to(dev), dim, mask_type)
+    close(*_pair(f))
+
+
+def test_masked_softmax_values_edges_and_out():
+    """Masked NaN is ignored, unmasked NaN / +inf / all -inf poison the row (NaN); a huge
+    negative unmasked value is not confused with masking; 0-dim and empty inputs; out=
+    needs the input's dtype; a non-contiguous mask."""
+    x = torch.tensor([[1.0, float("inf"), float("-inf")], [1.0, float("nan"), 2.0], [float("-inf")] * 3,
+                      [1.0, float("nan"), 5.0], [-3e38, -3e38, 0.0]])
+    m = torch.tensor([[False] * 3, [False] * 3, [False, False, True], [False, True, False], [False, False, True]])
+    got, exp = _pair(lambda dev: A._masked_softmax(x.to(dev), m.to(dev), -1, 2))
+    close(got, exp)
+    for xs, ms, d in [(torch.tensor(1.5), torch.tensor(False), None), (torch.tensor(1.5), torch.tensor(True), 0),
+                      (torch.empty(0, 5), torch.empty(0, 5, dtype=torch.bool), -1)]:
+        close(*_pair(lambda dev: A._masked_softmax(xs.to(dev), ms.to(dev), d, None)))
+    mt = torch.rand(6, 4) > 0.5
+    close(*_pair(lambda dev: A._masked_softmax(torch.randn(4, 6).to(dev), mt.to(dev).t(), 1, 2)))
+    out = torch.empty(0, device=DEV)
+    r = A._masked_softmax(tpu(x), tpu(m), -1, 2, out=out)
+    assert r.data_ptr() == out.data_ptr()
+    close(out, exp)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double instead"):
+        A._masked_softmax(tpu(x), tpu(m), -1, 2, out=torch.empty(0, device=DEV, dtype=torch.float64))
+
+
+def test_masked_softmax_noncontiguous_input():
+    """A non-contiguous input gives the softmax of its values. (CPU's kernel writes a
+    non-contiguous input's result in contiguous order into an output with the input's
+    strides, which scrambles it; compared here with CPU on a contiguous copy.)"""
+    x = torch.randn(4, 6).t()
+    m = torch.rand(6, 4) > 0.5
+    with native("_masked_softmax"):
+        got = A._masked_softmax(tpu(x), tpu(m), 0, 2)
+    close(got, A._masked_softmax(x.contiguous(), m, 0, 2))
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda x, dev: A._masked_softmax(x, torch.ones(4, 4, dtype=torch.int32, device=dev), -1, 0), RuntimeError,
+     "Mask should be a boolean tensor"),
+    (lambda x, dev: A._masked_softmax(x, torch.ones(4, 4, dtype=torch.bool, device=dev), -1, None), RuntimeError,
+     "Mask Type should be defined"),
+    (lambda x, dev: A._masked_softmax(x, torch.ones(4, 4, dtype=torch.bool, device=dev), -1, 3), RuntimeError,
+     r"Mask Type should be 0 \(src_mask\) or 1"),
+    (lambda x, dev: A._masked_softmax(x, torch.ones(2, 4, dtype=torch.bool, device=dev), -1, 0), RuntimeError,
+     r"For mask_type == 0 mask shape should be \(L, L\)"),
+    (lambda x, dev: A._masked_softmax(x, torch.ones(4, 4, dtype=torch.bool, device=dev), -1, 1), RuntimeError,
+     r"For mask_type == 1 mask shape should be \(B, L\)"),
+    (lambda x, dev: A._masked_softmax(x[0], torch.ones(4, 4, dtype=torch.bool, device=dev), -1, 0), RuntimeError,
+     "For mask_type == 2 mask shape should match input shape"),
+    (lambda x, dev: A._masked_softmax(torch.randn(2, 3, 4, 5, device=dev), torch.ones(2, 4, dtype=torch.bool, device=dev),
+                                      -1, 1), RuntimeError, "The expanded size of the tensor"),
+    (lambda x, dev: A._masked_softmax(x, torch.ones(4, 4, dtype=torch.bool, device=dev), 4, 0), IndexError,
+     "Dimension out of range"),
+], ids=["mask_dtype", "type_none", "type_3", "type0_shape", "type1_shape", "type2_shape", "type1_expand", "dim"])
+def test_masked_softmax_errors_match_cpu(call, exc, msg):
+    x = torch.randn(2, 3, 4, 4)
+    with pytest.raises(exc, match=msg):
+        call(x, "cpu")
+    with pytest.raises(exc, match=msg):
+        call(tpu(x), DEV)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("heads,dh", [(2, 2), (4, 8), (3, 5), (2, 64)])
+def test_transform_bias_rescale_qkv(dtype, heads, dh):
+    """q, k, v of the fused attention's input projection: bit-identical to CPU (its
+    float32 arithmetic for bf16/f16 included); a non-contiguous qkv and bias; out=."""
+    D = heads * dh
+    def f(dev):
+        qkv = torch.randn(5, 2, 3 * D).to(dtype).to(dev).transpose(0, 1)  # [2, 5, 3D], non-contiguous
+        bias = torch.randn(6 * D).to(dtype).to(dev)[::2]
+        return A._transform_bias_rescale_qkv(qkv, bias, heads)
+    got, exp = _pair(f)
+    for g, e in zip(got, exp):
+        assert g.device.type == DEV and g.dtype == e.dtype and g.shape == e.shape
+        assert torch.equal(g.cpu(), e)
+    qkv, bias = torch.randn(2, 3, 3 * D).to(dtype), torch.randn(1, 3 * D).to(dtype)
+    outs = [torch.empty(0, device=DEV, dtype=dtype) for _ in range(3)]
+    A._transform_bias_rescale_qkv.out(tpu(qkv), tpu(bias), heads, out0=outs[0], out1=outs[1], out2=outs[2])
+    for g, e in zip(outs, A._transform_bias_rescale_qkv(qkv, bias, heads)):
+        assert torch.equal(g.cpu(), e)
+
+
+def test_transform_bias_rescale_qkv_edges_and_errors():
+    close(*_pair(lambda dev: A._transform_bias_rescale_qkv(torch.randn(2, 0, 12, device=dev),
+                                                           torch.randn(12, device=dev), 2)[2]))
+    x, b = torch.randn(2, 5, 12), torch.randn(12)
+    for args, exc, msg in [((x, b, 5), RuntimeError, "Expected D % num_head == 0"),
+                           ((torch.randn(2, 5, 13), torch.randn(13), 1), RuntimeError, "Expected _3D % 3 == 0"),
+                           ((torch.randn(5, 12), b, 2), IndexError, "Dimension out of range")]:
+        for dev in ["cpu", DEV]:
+            with pytest.raises(exc, match=msg.replace("%", "%")):
+                A._transform_bias_rescale_qkv(*(a.to(dev) if isinstance(a, torch.Tensor) else a for a in args))
+    # inputs CPU reads out of bounds (or divides by zero with): refused with a message
+    for bias, heads, msg in [(torch.randn(11), 2, "expected qkv_bias of 12 elements"),
+                             (torch.randn(12).double(), 2, "expected qkv_bias of 12 elements of dtype Float"),
+                             (b, 0, "num_heads must be positive")]:
+        with pytest.raises(RuntimeError, match=msg):
+            A._transform_bias_rescale_qkv(tpu(x), tpu(bias), heads)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("use_gelu", [False, True])
+def test_addmm_activation(dtype, use_gelu):
+    """addmm then relu / exact gelu, with beta and alpha, non-contiguous operands, a
+    broadcast bias, an out= tensor with the wrong shape and strides; bf16/f16 round the
+    addmm result before the activation, as CPU does."""
+    def f(dev):
+        c, x, y = torch.randn(33).to(dtype), torch.randn(20, 17).to(dtype), torch.randn(33, 20).to(dtype)
+        return A._addmm_activation(c.to(dev), x.to(dev).t(), y.to(dev).t(), beta=0.5, alpha=2.0, use_gelu=use_gelu)
+    got, exp = _pair(f)
+    close(got, exp)
+    assert (exp == 0).any() or use_gelu
+    c, x, y = torch.randn(3).to(dtype), torch.randn(2, 4).to(dtype), torch.randn(4, 3).to(dtype)
+    out = torch.empty(3, 2, device=DEV, dtype=dtype).t()
+    with native("_addmm_activation"):
+        r = A._addmm_activation(*tpu(c, x, y), use_gelu=use_gelu, out=out)
+    assert r is out
+    close(out, A._addmm_activation(c, x, y, use_gelu=use_gelu))
+
+
+def test_addmm_activation_edges_and_errors():
+    for shapes in [((3,), (0, 4), (4, 3)), ((3,), (2, 0), (0, 3))]:
+        for g in [False, True]:
+            close(*_pair(lambda dev: A._addmm_activation(*(torch.randn(s).to(dev) for s in shapes),
+                                                         beta=0.5, use_gelu=g)))
+    ints = [torch.randint(-3, 3, s) for s in [(3,), (2, 4), (4, 3)]]
+    with native("_addmm_activation"):
+        got = A._addmm_activation(*tpu(*ints))
+    assert torch.equal(got.cpu(), A._addmm_activation(*ints))
+    c, x, y = torch.randn(3), torch.randn(2, 4), torch.randn(4, 3)
+    for args, kw, exc, msg in [((c, x, torch.randn(5, 3)), {}, RuntimeError, "mat1 and mat2 shapes cannot be multiplied"),
+                               ((c, x.double(), y), {}, RuntimeError, "mat1 and mat2 must have the same dtype"),
+                               ((c, x, y), {"out": torch.empty(2, 3, dtype=torch.double)}, RuntimeError,
+                                "Expected out tensor to have dtype float, but got double instead"),
+                               ((c.bool(), x.bool(), y.bool()), {}, NotImplementedError, "addmm_impl_cpu_"),
+                               ((*ints,), {"use_gelu": True}, NotImplementedError, "GeluKernelImpl")]:
+        with pytest.raises(exc, match=msg):
+            A._addmm_activation(*args, **kw)
+        with pytest.raises(exc, match=msg):
+            A._addmm_activation(*tpu(*args), **{k: v.to(DEV) if isinstance(v, torch.Tensor) else v for k, v in kw.items()})
+
+
+def test_addmm_activation_fuses_in_defer_and_fuse():
+    """The activation is its own elementwise node after the product, so defer_and_fuse can
+    join it with the elementwise ops that follow (here: + 1, * 2)."""
+    c, x, y = torch.randn(8), torch.randn(4, 16), torch.randn(16, 8)
+    ct, xt, yt = tpu(c, x, y)
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        torch.tpu.synchronize()
+        torchtpu.explain(clear=True)
+        with native("_addmm_activation"):
+            got = (A._addmm_activation(ct, xt, yt, use_gelu=True) + 1) * 2
+            torch.tpu.synchronize()
+        cuts = torchtpu.explain()
+    close(got, (A._addmm_activation(c, x, y, use_gelu=True) + 1) * 2)
+    assert sum(cut["ops"] for cut in cuts) == 4, str(cuts)  # addmm, gelu_, add, mul
+    assert sum(cut["fused_ops"] for cut in cuts) == 3, str(cuts)

@@ -527,6 +527,63 @@ static void test_factories(void) {
   release_all();
 }
 
+static void test_unique_consecutive(void) {
+  /* flattened: NaN never equals NaN, -0.0 equals 0.0 */
+  float xh[6] = {-0.0f, 0.0f, NAN, NAN, 1, 1};
+  tpu_view_t x = mk(F32, 1, SZ(6), xh);
+  tpu_arg_t a[4] = {T(x), B(true), B(true), N()};
+  tpu_view_t o[3];
+  CHECK_OK(run("unique_consecutive", TPU_VARIANT_FUNCTIONAL, a, 4, o));
+  CHECK(o[0].sizes[0] == 4 && o[2].sizes[0] == 4);
+  float v[4];
+  int64_t inv[6], cnt[4];
+  read_f32(o[0], v);
+  read_i64(o[1], inv);
+  read_i64(o[2], cnt);
+  CHECK(v[0] == 0 && signbit(v[0]) && isnan(v[1]) && isnan(v[2]) && v[3] == 1);
+  CHECK(eq_i(inv, (int64_t[]){0, 0, 1, 2, 3, 3}, 6));
+  CHECK(eq_i(cnt, (int64_t[]){2, 1, 1, 2}, 4));
+  /* along dim 1 of a 2x3 with columns 0 and 1 equal: inverse and counts always given */
+  int64_t mh[6] = {1, 1, 2, 3, 3, 3};
+  tpu_view_t m = mk(I64, 2, SZ(2, 3), mh);
+  tpu_arg_t b[4] = {T(m), B(false), B(false), I(1)};
+  CHECK_OK(run("unique_consecutive", TPU_VARIANT_FUNCTIONAL, b, 4, o));
+  CHECK(o[0].ndim == 2 && o[0].sizes[0] == 2 && o[0].sizes[1] == 2 && o[1].sizes[0] == 3);
+  int64_t vals[4];
+  read_i64(o[0], vals);
+  read_i64(o[1], inv);
+  read_i64(o[2], cnt);
+  CHECK(eq_i(vals, (int64_t[]){1, 2, 3, 3}, 4));
+  CHECK(eq_i(inv, (int64_t[]){0, 0, 1}, 3));
+  CHECK(eq_i(cnt, (int64_t[]){2, 1}, 2));
+  tpu_arg_t c[4] = {T(m), B(false), B(false), I(2)};
+  CHECK_CODE(run("unique_consecutive", TPU_VARIANT_FUNCTIONAL, c, 4, o), TPU_INDEX_ERROR);
+  release_all();
+}
+
+static void test_assert_async(void) {
+  /* a zero is the running op's error: reported by the next synchronize, with the message */
+  float z = 0, one = -1;
+  tpu_view_t vz = mk(F32, 0, NULL, &z), vo = mk(F32, 0, NULL, &one);
+  tpu_arg_t a[2] = {T(vo), S("never")};
+  CHECK_OK(run("_assert_async.msg", TPU_VARIANT_FUNCTIONAL, a, 2, NULL));
+  tpu_arg_t b[2] = {T(vz), S("boom")};
+  tpu_status_t st = run("_assert_async.msg", TPU_VARIANT_FUNCTIONAL, b, 2, NULL);
+  CHECK(tpu_status_code(st) == TPU_INVALID_ARGUMENT);
+  CHECK(st && strstr(tpu_status_message(st), "boom") && strstr(tpu_status_message(st), "_assert_async"));
+  tpu_status_free(st);
+  tpu_arg_t c[1] = {T(vz)};
+  st = run("_assert_async", TPU_VARIANT_FUNCTIONAL, c, 1, NULL);
+  CHECK(st && strstr(tpu_status_message(st), "Expected Tensor with single nonzero value, but got zero"));
+  tpu_status_free(st);
+  /* more than one element: refused at the call */
+  tpu_view_t two = mk(F32, 1, SZ(2), X6);
+  tpu_arg_t d[1] = {T(two)};
+  CHECK_CODE(run("_assert_async", TPU_VARIANT_FUNCTIONAL, d, 1, NULL), TPU_INVALID_ARGUMENT);
+  CHECK_OK(tpu_device_synchronize(0));
+  release_all();
+}
+
 int main(void) {
   test_gather();
   test_scatter();
@@ -538,5 +595,7 @@ int main(void) {
   test_repeat_pad_tri();
   test_sort_topk();
   test_factories();
+  test_unique_consecutive();
+  test_assert_async();
   TEST_MAIN_END();
 }

@@ -525,6 +525,89 @@ static void test_host_oom(void) {
   }
 }
 
+/* ---- the transformer fast path's kernels ---- */
+
+static void test_masked_softmax(void) {
+  /* [B=2, heads=1, L=2, L=2] with a [B, L] key padding mask (type 1): batch 1 masks
+   * every key, so its rows are NaN throughout (CPU's result); batch 0 masks key 1. */
+  double xv[8] = {1, 5, 2, -1, 0, 0, 3, 3};
+  tpu_view_t x = make_t(TPU_DTYPE_F32, 4, (int64_t[]){2, 1, 2, 2}, xv);
+  tpu_view_t m = make_t(TPU_DTYPE_BOOL, 2, (int64_t[]){2, 2}, (double[]){0, 1, 1, 1});
+  tpu_arg_t a[4] = {A_T(x), A_T(m), A_I(3), A_I(1)};
+  tpu_view_t o[1];
+  CHECK_OK(run_op("_masked_softmax", a, 4, o, NULL));
+  double r[8];
+  read_t(&o[0], r);
+  CHECK(r[0] == 1 && r[1] == 0 && r[2] == 1 && r[3] == 0);
+  for (int i = 4; i < 8; ++i) CHECK(isnan(r[i]));
+  /* type 2 over dim 0 of a [2, 2]: column 0 unmasked, column 1 half masked */
+  tpu_view_t x2 = make_t(TPU_DTYPE_F64, 2, (int64_t[]){2, 2}, (double[]){0, 7, log(3.0), 1});
+  tpu_view_t m2 = make_t(TPU_DTYPE_BOOL, 2, (int64_t[]){2, 2}, (double[]){0, 0, 0, 1});
+  tpu_arg_t b[4] = {A_T(x2), A_T(m2), A_I(0), A_N()};
+  CHECK_OK(run_op("_masked_softmax", b, 4, o, NULL));
+  read_t(&o[0], r);
+  CHECK_NEAR(r[0], 0.25, 1e-15);
+  CHECK_NEAR(r[2], 0.75, 1e-15);
+  CHECK(r[1] == 1 && r[3] == 0);
+  /* errors in CPU's order and classes */
+  tpu_arg_t c[4] = {A_T(x), A_T(x), A_I(3), A_I(1)};
+  CHECK_CODE(run_op("_masked_softmax", c, 4, o, NULL), TPU_INVALID_ARGUMENT); /* mask not bool */
+  tpu_arg_t d[4] = {A_T(x), A_T(m), A_I(3), A_N()};
+  CHECK_CODE(run_op("_masked_softmax", d, 4, o, NULL), TPU_INVALID_ARGUMENT); /* type needed */
+  tpu_arg_t e[4] = {A_T(x), A_T(m), A_I(4), A_I(1)};
+  CHECK_CODE(run_op("_masked_softmax", e, 4, o, NULL), TPU_INDEX_ERROR);
+  CHECK_OK(tpu_device_synchronize(0));
+  release_all();
+}
+
+static void test_transform_qkv(void) {
+  /* B = T = 1, D = 4, two heads of 2: q = (x + b) / sqrt(2), k and v = x + b */
+  double xv[12], bv[12];
+  for (int i = 0; i < 12; ++i) { xv[i] = i; bv[i] = 0.5; }
+  tpu_view_t x = make_t(TPU_DTYPE_F64, 3, (int64_t[]){1, 1, 12}, xv);
+  tpu_view_t b = make_t(TPU_DTYPE_F64, 1, (int64_t[]){12}, bv);
+  tpu_arg_t a[3] = {A_T(x), A_T(b), A_I(2)};
+  tpu_view_t o[3];
+  int no = 0;
+  CHECK_OK(run_op("_transform_bias_rescale_qkv", a, 3, o, &no));
+  CHECK(no == 3 && o[0].ndim == 4 && o[0].sizes[1] == 2 && o[0].sizes[3] == 2);
+  double r[4];
+  for (int s = 0; s < 3; ++s) {
+    read_t(&o[s], r);
+    for (int i = 0; i < 4; ++i) CHECK_NEAR(r[i], (4 * s + i + 0.5) / (s == 0 ? sqrt(2.0) : 1.0), 1e-15);
+  }
+  tpu_arg_t c[3] = {A_T(x), A_T(b), A_I(3)}; /* 4 % 3 */
+  CHECK_CODE(run_op("_transform_bias_rescale_qkv", c, 3, o, &no), TPU_INVALID_ARGUMENT);
+  CHECK_OK(tpu_device_synchronize(0));
+  release_all();
+}
+
+static void test_addmm_activation(void) {
+  /* [1, 2] @ [2, 2] + [2]: one negative result, which relu zeroes; the activation is a
+   * second node the submit queues after the product. */
+  tpu_view_t c = make_t(TPU_DTYPE_F32, 1, (int64_t[]){2}, (double[]){1, -10});
+  tpu_view_t x = make_t(TPU_DTYPE_F32, 2, (int64_t[]){1, 2}, (double[]){1, 2});
+  tpu_view_t y = make_t(TPU_DTYPE_F32, 2, (int64_t[]){2, 2}, (double[]){1, 1, 1, 1});
+  for (int g = 0; g < 2; ++g) {
+    tpu_arg_t a[6] = {A_T(c), A_T(x), A_T(y), A_N(), A_N(), A_B(g)};
+    tpu_view_t o[1];
+    CHECK_OK(run_op("_addmm_activation", a, 6, o, NULL));
+    double r[2];
+    read_t(&o[0], r);
+    CHECK(g ? fabs(r[0] - 4) < 1e-3 && r[0] < 4 : r[0] == 4);
+    CHECK(g ? fabs(r[1]) < 1e-4 && r[1] < 0 : r[1] == 0); /* gelu(-7) is a tiny negative */
+  }
+  /* an integer product with gelu: the follow-up's UNIMPLEMENTED fails the whole call */
+  tpu_view_t ci = make_t(TPU_DTYPE_I64, 1, (int64_t[]){2}, (double[]){1, 2});
+  tpu_view_t xi = make_t(TPU_DTYPE_I64, 2, (int64_t[]){1, 2}, (double[]){1, 2});
+  tpu_view_t yi = make_t(TPU_DTYPE_I64, 2, (int64_t[]){2, 2}, (double[]){1, 1, 1, 1});
+  tpu_arg_t a[6] = {A_T(ci), A_T(xi), A_T(yi), A_N(), A_N(), A_B(true)};
+  tpu_view_t o[1];
+  CHECK_CODE(run_op("_addmm_activation", a, 6, o, NULL), TPU_UNIMPLEMENTED);
+  CHECK_OK(tpu_device_synchronize(0));
+  release_all();
+}
+
 int main(void) {
   test_layer_norm();
   test_embedding();
@@ -532,6 +615,9 @@ int main(void) {
   test_sdpa();
   test_point_losses();
   test_host_oom();
+  test_masked_softmax();
+  test_transform_qkv();
+  test_addmm_activation();
   CHECK_OK(tpu_device_synchronize(0));
   TEST_MAIN_END();
 }

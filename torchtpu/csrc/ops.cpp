@@ -503,124 +503,6 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
-// ---- the "better transformer" fast path --------------------------------------------
-// nn.MultiheadAttention and nn.TransformerEncoderLayer take PyTorch's fused inference path
-// on PrivateUse1 devices too. ATen's _native_multi_head_attention (CPU) and
-// _transformer_encoder_layer_fwd are compositions of dispatcher ops, so they are
-// registered for tpu as they are; the two CPU-only kernels they call are written here as
-// compositions of ops that run natively.
-
-// q = (qkv[..., :D] + bias) * dh^-1/2, k, v = the next two thirds + bias, each
-// [B, heads, T, dh], as three slices of one [3B, heads, T, dh] tensor (as on CPU: the
-// caller writes the attention context into q's memory).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> transform_bias_rescale_qkv(const at::Tensor& qkv,
-                                                                        const at::Tensor& qkv_bias,
-                                                                        int64_t num_head) {
-  TORCH_CHECK(qkv.dim() == 3 && !qkv.is_nested(), "_transform_bias_rescale_qkv: expected a 3-d dense qkv on tpu");
-  const int64_t B = qkv.size(0), T = qkv.size(1), D3 = qkv.size(2), D = D3 / 3;
-  TORCH_CHECK(D3 % 3 == 0 && D % num_head == 0, "_transform_bias_rescale_qkv: qkv width ", D3,
-              " is not 3 x a multiple of num_head ", num_head);
-  const int64_t dh = D / num_head;
-  auto x = (qkv + qkv_bias).view({B, T, 3, num_head, dh}).permute({2, 0, 3, 1, 4});
-  auto q_k_v = at::empty({3, B, num_head, T, dh}, qkv.options());
-  // the scale as CPU computes it: 1.0 / sqrt(dh) with sqrt in the tensor's dtype
-  double inv;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, qkv.scalar_type(), "transform_bias_rescale_qkv", [&] {
-    inv = static_cast<double>(static_cast<scalar_t>(1.0 / std::sqrt(static_cast<scalar_t>(dh))));
-  });
-  q_k_v.select(0, 0).copy_(x.select(0, 0) * inv);
-  q_k_v.select(0, 1).copy_(x.select(0, 1));
-  q_k_v.select(0, 2).copy_(x.select(0, 2));
-  auto s = q_k_v.view({3 * B, num_head, T, dh}).split(B, 0);
-  return std::make_tuple(s[0], s[1], s[2]);
-}
-
-// addmm then relu or (exact) gelu in place, as the CPU kernel does: the FFN of the
-// encoder fast path.
-at::Tensor& addmm_activation_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
-                                 const at::Scalar& beta, const at::Scalar& alpha, bool use_gelu,
-                                 at::Tensor& out) {
-  at::addmm_out(out, self, mat1, mat2, beta, alpha);
-  return use_gelu ? at::gelu_(out) : at::relu_(out);
-}
-
-at::Tensor addmm_activation(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
-                            const at::Scalar& beta, const at::Scalar& alpha, bool use_gelu) {
-  auto out = at::addmm(self, mat1, mat2, beta, alpha);
-  return use_gelu ? at::gelu_(out) : at::relu_(out);
-}
-
-// Softmax over `dim` ignoring positions where mask is true; rows with every position
-// masked give zeros. mask_type 0: an [L, L] attention mask, 1: a [B, L] key padding
-// mask (both for a [B, heads, L, L] input), otherwise broadcastable to the input.
-at::Tensor masked_softmax(const at::Tensor& input, const at::Tensor& mask, std::optional<int64_t> dim,
-                          std::optional<int64_t> mask_type) {
-  at::Tensor m = mask.to(at::kBool);
-  if (input.dim() == 4 && m.dim() == 2 && mask_type == 1) m = m.view({m.size(0), 1, 1, m.size(1)});
-  else if (input.dim() == 4 && m.dim() == 2 && mask_type == 0) m = m.view({1, 1, m.size(0), m.size(1)});
-  m = m.expand(input.sizes());
-  const int64_t d = dim.value_or(input.dim() - 1);
-  // Masked scores become the dtype's lowest finite value rather than -inf (exp of it
-  // minus the row max is 0 just the same), so debug mode's Inf check sees no Inf that
-  // the fused CPU kernel would not have produced.
-  at::Scalar lowest;
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(), "masked_softmax", [&] {
-    lowest = std::numeric_limits<scalar_t>::lowest();
-  });
-  auto out = at::_softmax(input.masked_fill(m, lowest), d, false);
-  return out.masked_fill(m, 0);
-}
-
-// ---- data-dependent ops written as compositions ---------------------------------------
-
-// unique_consecutive over the flattened input (dim None, or the only dim of a 1-d input):
-// a run starts where an element differs from its predecessor (NaN differs from itself,
-// as on CPU). Other dims go to the CPU fallback, counted like any other op.
-void unique_consecutive_boxed(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
-  auto args = torch::jit::last(*stack, 4);
-  const at::Tensor self = args[0].toTensor();
-  const bool want_inverse = args[1].toBool(), want_counts = args[2].toBool();
-  const auto dim = args[3].toOptional<int64_t>();
-  if (dim.has_value() && !(self.dim() == 1 && (*dim == 0 || *dim == -1))) {
-    cpu_fallback_boxed(op, stack);
-    return;
-  }
-  const auto x = self.reshape({-1});
-  const int64_t n = x.numel();
-  const auto long_opts = self.options().dtype(at::kLong);
-  at::Tensor values, inverse, counts;
-  if (n == 0) {
-    values = at::empty({0}, self.options());
-    inverse = at::empty(self.sizes(), long_opts);
-    counts = at::empty({0}, long_opts);
-  } else {
-    auto starts = at::cat({at::ones({1}, self.options().dtype(at::kBool)), at::ne(x.slice(0, 1), x.slice(0, 0, n - 1))});
-    values = x.masked_select(starts);
-    inverse = want_inverse ? (starts.cumsum(0) - 1).view(self.sizes()) : at::empty({0}, long_opts);
-    if (want_counts) {
-      auto pos = starts.nonzero().view({-1});
-      counts = at::cat({pos.slice(0, 1), at::full({1}, n, long_opts)}) - pos;
-    } else {
-      counts = at::empty({0}, long_opts);
-    }
-  }
-  if (!want_inverse) inverse = at::empty({0}, long_opts);
-  torch::jit::drop(*stack, 4);
-  torch::jit::push(*stack, std::move(values), std::move(inverse), std::move(counts));
-}
-
-// _assert_async: the tensor (one element) must be nonzero. Checked when called, which
-// reads one value from the device (CUDA defers it; CPU checks at once, as here).
-void assert_async(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
-  TORCH_CHECK(self.ne(0).item<bool>(), "Expected Tensor with single nonzero value, but got zero");
-}
-
-void assert_async_msg(const at::Tensor& self, c10::string_view msg) {
-  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
-  TORCH_CHECK(self.ne(0).item<bool>(), msg);
-}
-
 }  // namespace
 
 std::vector<std::string> g_native, g_skipped;
@@ -647,15 +529,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  // The "better transformer" fast path: nn.MultiheadAttention / nn.TransformerEncoderLayer
+  // in eval call ATen's _native_multi_head_attention (CPU) and
+  // _transformer_encoder_layer_fwd, compositions of dispatcher ops registered for tpu as
+  // they are. The CPU-only kernels they call (_transform_bias_rescale_qkv, _masked_softmax,
+  // _addmm_activation) are libtpurt ops like any other (the table below).
   m.impl("_native_multi_head_attention", at::native::native_multi_head_attention_cpu);
   m.impl("_transformer_encoder_layer_fwd", at::native::transformer_encoder_layer_forward);
-  m.impl("_transform_bias_rescale_qkv", transform_bias_rescale_qkv);
-  m.impl("_masked_softmax", masked_softmax);
-  m.impl("_addmm_activation", addmm_activation);
-  m.impl("_addmm_activation.out", addmm_activation_out);
-  m.impl("unique_consecutive", torch::CppFunction::makeFromBoxedFunction<&unique_consecutive_boxed>());
-  m.impl("_assert_async", assert_async);
-  m.impl("_assert_async.msg", assert_async_msg);
 
   auto& disp = c10::Dispatcher::singleton();
   for (int i = 0; i < tpu_aten_op_count(); ++i) {

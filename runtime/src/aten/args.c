@@ -226,3 +226,32 @@ tpu_status_t tpu__norm_params_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_vie
     return tpu__err(b, TPU_INVALID_ARGUMENT, "mixed dtype (CPU): all inputs must share same datatype.");
   return NULL;
 }
+
+const char* tpu__dtype_cpp_name(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_U8: return "unsigned char";
+    case TPU_DTYPE_I8: return "signed char";
+    case TPU_DTYPE_I16: return "short int";
+    case TPU_DTYPE_I32: return "int";
+    case TPU_DTYPE_I64: return "long int";
+    case TPU_DTYPE_F16: return "c10::Half";
+    case TPU_DTYPE_F32: return "float";
+    case TPU_DTYPE_F64: return "double";
+    case TPU_DTYPE_BOOL: return "bool";
+    case TPU_DTYPE_BF16: return "c10::BFloat16";
+    default: return "unknown";
+  }
+}
+
+tpu_status_t tpu__out_dtypes_exact(tpu_build_t* b) {
+  if (b->variant != TPU_VARIANT_OUT) return NULL;
+  const tpu_node_t* n = b->node;
+  for (int k = 0; k < n->n_out; ++k) {
+    const tpu_arg_t* a = tpu__arg(b, b->nargs - n->n_out + k);
+    if (!a || a->kind != TPU_ARG_TENSOR || tpu__output_absent(&n->out[k])) continue;
+    if (a->tensor.dtype != n->out[k].dtype)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype %s, but got %s instead",
+                      tpu__dtype_cpp_name(n->out[k].dtype), tpu__dtype_cpp_name(a->tensor.dtype));
+  }
+  return NULL;
+}

@@ -45,6 +45,15 @@ extern const tpu_aten_entry_t tpu__aten_complex_alt[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB
 
+/* Composite ops: after the builder has declared output 0, runs the table entry `op`
+ * (an in-place op such as "relu_") on that output right after the node, with extra[0..n)
+ * as its arguments after self (strings must outlive the node: literals). The follow-up
+ * is validated now, against output 0's dtype and shape (an UNIMPLEMENTED or invalid
+ * follow-up fails the whole call), and built and queued by tpu_node_submit as an
+ * ordinary node of its own, so defer_and_fuse can fuse it with its neighbours. The node
+ * is named after the op the user called in messages. */
+tpu_status_t tpu__build_then(tpu_build_t* b, const char* op, const tpu_arg_t* extra, int n);
+
 /* Error helpers: messages start with the op name, as PyTorch's do. */
 tpu_status_t tpu__err(tpu_build_t* b, tpu_status_code_t code, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -95,6 +104,14 @@ tpu_status_t tpu__broadcast(tpu_build_t* b, const int64_t* a, int na, const int6
 tpu_dtype_t tpu__result_type(tpu_build_t* b, const int* arg_idx, int n);
 /* The dtype an argument has for promotion purposes (scalar: by its kind). */
 tpu_dtype_t tpu__arg_dtype(const tpu_arg_t* a);
+
+/* The C++ type name of a dtype as c10's messages print it ("float", "long int"). */
+const char* tpu__dtype_cpp_name(tpu_dtype_t dtype);
+/* Out variant: every out= tensor must have its output's declared dtype exactly, as the
+ * out= forms of structured and generated (CompositeExplicitAutograd) kernels require:
+ * "Expected out tensor to have dtype float, but got double instead". Call after the
+ * outputs are declared; the out= tensors are the last node->n_out arguments. */
+tpu_status_t tpu__out_dtypes_exact(tpu_build_t* b);
 
 /* For in-place and out=: the dtype outputs will actually be stored as. */
 bool tpu__dtype_ok_for_out(tpu_dtype_t computed, tpu_dtype_t out);

@@ -1244,6 +1244,120 @@ static tpu_status_t build_repeat_interleave(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- unique_consecutive, _assert_async ------------------------------------------------ */
+
+/* unique_consecutive(self, return_inverse=False, return_counts=False, dim=None) [.out]:
+ * the first of each run of equal elements (dim None: of the flattened input) or of equal
+ * slices along dim. The run count sizes the outputs, so the builder reads self (a
+ * host-read cut point, as nonzero); the kernel finds the runs again and fails if the
+ * count changed. Outputs as ATen's CPU kernels: values (dim None: 1-d; else self's shape
+ * with dim's size the run count), inverse (self's shape for dim None, else [size(dim)]),
+ * counts ([runs]), both int64; with dim None each is [0] when not asked for (with a dim,
+ * CPU computes and returns both whatever the flags say). Node UNIQUE_CONSECUTIVE: in[0] self; ia[0] runs, ia[1] dim (-1: None), ia[2]
+ * inverse asked, ia[3] counts asked. */
+static tpu_status_t build_unique_consecutive(tpu_build_t* b) {
+  const tpu_view_t* x;
+  bool want_inv, want_cnt;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 1, false, &want_inv));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &want_cnt));
+  int dim = -1;
+  if (!tpu__arg_is_none(b, 3)) {
+    int64_t d64;
+    TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &d64));
+    if (x->ndim == 0)
+      return tpu__err(b, TPU_INDEX_ERROR, "Dimension specified as %lld but tensor has no dimensions", (long long)d64);
+    TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, d64, x->ndim, &dim));
+  }
+  const int64_t n = tpu_view_numel(x);
+  int64_t slices = n, len = 1;
+  if (dim >= 0) {
+    int zeros = 0;
+    for (int d = 0; d < x->ndim; ++d) zeros += x->sizes[d] == 0;
+    if (x->sizes[dim] == 0 && zeros > 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+    if (x->sizes[dim] != 0 && zeros > 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "There are 0 sized dimensions, and they aren't selected, so unique cannot be applied");
+    slices = x->sizes[dim];
+    len = slices ? n / slices : 0;
+  }
+  int64_t runs = 0;
+  if (n > 0) {
+    uint64_t bytes;
+    if (!tpu__mul_ok((uint64_t)n, tpu_dtype_size(x->dtype), &bytes)) return tpu__err(b, TPU_INVALID_ARGUMENT, "tensor too large");
+    void* buf = tpu__malloc(bytes);
+    if (!buf) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+    tpu_status_t st = tpu_copy_to_host(x, buf);
+    if (st) { tpu__free(buf); return tpu_status_annotate(st, "%s: reading the input", b->name); }
+    /* row-major bytes: slices along dim are strided; the builder only needs the count,
+     * which the kernel's permuted layout gives the same way */
+    if (dim > 0) {
+      void* p = tpu__malloc(bytes);
+      if (!p) { tpu__free(buf); return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory"); }
+      size_t es = tpu_dtype_size(x->dtype);
+      int64_t outer = 1, inner = 1, sd = x->sizes[dim];
+      for (int d = 0; d < dim; ++d) outer *= x->sizes[d];
+      for (int d = dim + 1; d < x->ndim; ++d) inner *= x->sizes[d];
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t s = 0; s < sd; ++s)
+          memcpy((char*)p + ((size_t)(s * outer + o) * (size_t)inner) * es,
+                 (char*)buf + ((size_t)(o * sd + s) * (size_t)inner) * es, (size_t)inner * es);
+      tpu__free(buf);
+      buf = p;
+    }
+    runs = tpu__runs(buf, x->dtype, slices, len, NULL);
+    tpu__free(buf);
+  }
+  tpu_node_t* node = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(node, x));
+  node->kind = TPU_KIND_UNIQUE_CONSECUTIVE;
+  node->ia[0] = runs;
+  node->ia[1] = dim;
+  int64_t vshape[TPU_MAX_DIMS], zero = 0;
+  if (dim < 0) {
+    tpu__node_add_output(node, x->dtype, 1, &runs);
+  } else {
+    memcpy(vshape, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
+    vshape[dim] = runs;
+    tpu__node_add_output(node, x->dtype, x->ndim, vshape);
+  }
+  if (dim >= 0) want_inv = want_cnt = true; /* CPU's unique_dim_consecutive gives both always */
+  node->ia[2] = want_inv;
+  node->ia[3] = want_cnt;
+  if (!want_inv) tpu__node_add_output(node, TPU_DTYPE_I64, 1, &zero);
+  else if (dim < 0) tpu__node_add_output(node, TPU_DTYPE_I64, x->ndim, x->sizes);
+  else tpu__node_add_output(node, TPU_DTYPE_I64, 1, &x->sizes[dim]);
+  tpu__node_add_output(node, TPU_DTYPE_I64, 1, want_cnt ? &runs : &zero);
+  return tpu__out_dtypes_exact(b);
+}
+
+/* _assert_async(self) / _assert_async.msg(self, assert_msg): self (one element) must be
+ * nonzero. The element count is checked here, at the call; the value when the node runs,
+ * as on CUDA: a zero is the op's error, reported like any running op's (strict and
+ * defer_and_fuse: by the next synchronization, naming the op; debug: at the call). The
+ * message is ATen's: the given one, "Assertion is failed" for an empty one, and
+ * "Expected Tensor with single nonzero value, but got zero" without one. Node
+ * ASSERT_NONZERO: in[0] self; no outputs; ilist holds the message's bytes, NUL-ended. */
+static tpu_status_t build_assert_async(tpu_build_t* b) {
+  const tpu_view_t* x;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  int64_t n = tpu_view_numel(x);
+  if (n == 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "Boolean value of Tensor with no values is ambiguous");
+  if (n > 1) return tpu__err(b, TPU_INVALID_ARGUMENT, "Boolean value of Tensor with more than one value is ambiguous");
+  const char* msg = "Expected Tensor with single nonzero value, but got zero";
+  const tpu_arg_t* a = tpu__arg(b, 1);
+  if (a && a->kind == TPU_ARG_STRING && a->s) msg = *a->s ? a->s : "Assertion is failed";
+  size_t len = strlen(msg);
+  if (len > 4096) len = 4096;
+  int64_t words[4096 / 8 + 1];
+  memset(words, 0, sizeof words);
+  memcpy(words, msg, len);
+  TPU_RETURN_IF_ERROR(tpu__node_set_ilist(b->node, words, (int)(len / 8 + 1)));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
+  b->node->kind = TPU_KIND_ASSERT_NONZERO;
+  return NULL;
+}
+
 /* ---- table ------------------------------------------------------------------------ */
 
 static const int yes = 1;
@@ -1274,6 +1388,10 @@ const tpu_aten_entry_t tpu__aten_index[] = {
     {"masked_scatter_", build_masked_scatter, NULL},
     {"nonzero", build_nonzero, NULL}, {"nonzero.out", build_nonzero, NULL},
     {"bincount", build_bincount, NULL},
+    {"unique_consecutive", build_unique_consecutive, NULL},
+    {"unique_consecutive.out", build_unique_consecutive, NULL},
+    {"_assert_async", build_assert_async, NULL, TPU_ATEN_COMPLEX},
+    {"_assert_async.msg", build_assert_async, NULL, TPU_ATEN_COMPLEX},
     {"cat", build_cat, NULL, TPU_ATEN_COMPLEX}, {"cat.out", build_cat, NULL, TPU_ATEN_COMPLEX},
     {"flip", build_flip, NULL, TPU_ATEN_COMPLEX},
     {"unfold_backward", build_unfold_backward, NULL},

@@ -8,23 +8,7 @@
 
 #include "aten/aten.h"
 
-/* How c10 prints a dtype inside messages: caffe2 TypeMeta names and ScalarType names. */
-static const char* meta_name(tpu_dtype_t d) {
-  switch (d) {
-    case TPU_DTYPE_F32: return "float";
-    case TPU_DTYPE_F64: return "double";
-    case TPU_DTYPE_F16: return "c10::Half";
-    case TPU_DTYPE_BF16: return "c10::BFloat16";
-    case TPU_DTYPE_I64: return "long int";
-    case TPU_DTYPE_I32: return "int";
-    case TPU_DTYPE_I16: return "short int";
-    case TPU_DTYPE_I8: return "signed char";
-    case TPU_DTYPE_U8: return "unsigned char";
-    case TPU_DTYPE_BOOL: return "bool";
-    default: return "unknown";
-  }
-}
-
+/* How c10 prints a dtype inside messages: ScalarType names (TypeMeta names: tpu__dtype_cpp_name). */
 static const char* st_name(tpu_dtype_t d) {
   switch (d) {
     case TPU_DTYPE_F32: return "Float";
@@ -110,7 +94,7 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
                         (long long)xs[0], (long long)xs[1], (long long)ys[0], (long long)ys[1]);
       if (x->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "expected m1 and m2 to have the same dtype, but got: %s != %s",
-                        meta_name(x->dtype), meta_name(y->dtype));
+                        tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(y->dtype));
       *out_nd = 2; out[0] = xs[0]; out[1] = ys[1];
       if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
       return NULL;
@@ -134,7 +118,7 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
     case GM_BADDBMM:
       if (op == GM_BADDBMM && c->dtype != x->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "Input dtypes must be the same, got: input %s, batch1: %s, batch2: %s",
-                        meta_name(c->dtype), meta_name(x->dtype), meta_name(y->dtype));
+                        tpu__dtype_cpp_name(c->dtype), tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(y->dtype));
       if (x->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch1 must be a 3D tensor");
       if (y->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch2 must be a 3D tensor");
       if (ys[0] != xs[0] || ys[1] != xs[2])
@@ -251,6 +235,21 @@ static tpu_status_t build_gemm(tpu_build_t* b) {
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, out_nd, out);
   return NULL;
+}
+
+/* _addmm_activation(self, mat1, mat2, *, beta, alpha, use_gelu) [.out]: addmm, then relu
+ * or exact gelu in place on the result, as ATen's CPU kernel does it (the FFN of the
+ * transformer encoder's inference fast path). A composite: the addmm node, and the
+ * activation as its own in-place elementwise node (tpu__build_then). out= must have the
+ * result's dtype exactly (a structured kernel). */
+static tpu_status_t build_addmm_activation(tpu_build_t* b) {
+  bool gelu;
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, false, &gelu));
+  tpu_build_t g = *b;
+  g.data = &g_addmm;
+  TPU_RETURN_IF_ERROR(build_gemm(&g));
+  TPU_RETURN_IF_ERROR(tpu__out_dtypes_exact(b));
+  return tpu__build_then(b, gelu ? "gelu_" : "relu_", NULL, 0);
 }
 
 /* ---- convolution ---------------------------------------------------------------------- */
@@ -394,7 +393,7 @@ static tpu_status_t build_conv(tpu_build_t* b) {
                       (long long)c.out[1], fmt_sizes(s2, sizeof s2, bias->ndim, bias->sizes));
     if (bias->dtype != c.x->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Input type (%s) and bias type (%s) should be the same",
-                      meta_name(c.x->dtype), meta_name(bias->dtype));
+                      tpu__dtype_cpp_name(c.x->dtype), tpu__dtype_cpp_name(bias->dtype));
     TPU_RETURN_IF_ERROR(tpu__node_add_input(n, bias));
   }
   TPU_RETURN_IF_ERROR(conv_node(b, &c, TPU_KIND_CONV));
@@ -583,7 +582,7 @@ static tpu_status_t build_maxpool_bwd(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(pool_parse(b, "max_pool2d_with_indices_backward", x, 2, true, &a));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
-                    meta_name(x->dtype), meta_name(go->dtype));
+                    tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   TPU_RETURN_IF_ERROR(indices_check(b, ind));
   TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, a.out));
   TPU_RETURN_IF_ERROR(check_grad_shape(b, ind, x->ndim, a.out));
@@ -637,7 +636,7 @@ static tpu_status_t build_avgpool_bwd(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(avg_common(b, x, 2, &a, n));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
-                    meta_name(x->dtype), meta_name(go->dtype));
+                    tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, a.out));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
@@ -717,7 +716,7 @@ static tpu_status_t build_adaptive_avg_bwd(tpu_build_t* b) {
       return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: grad_output and input sizes differ at dimension %d", who, d);
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dtype %s for `grad_output` but got dtype %s", who,
-                    meta_name(x->dtype), meta_name(go->dtype));
+                    tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, "adaptive_avg_pool2d_backward_cpu", x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
@@ -737,7 +736,7 @@ static tpu_status_t build_adaptive_max_bwd(tpu_build_t* b) {
     return tpu__err(b, TPU_INVALID_ARGUMENT, "adaptive_max_pool2d_backward(): Expected 3D or 4D grad_output");
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
-                    meta_name(x->dtype), meta_name(go->dtype));
+                    tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   TPU_RETURN_IF_ERROR(indices_check(b, ind));
   bool same = go->ndim == x->ndim && ind->ndim == x->ndim;
   for (int d = 0; same && d < x->ndim; ++d) same = go->sizes[d] == ind->sizes[d] && (d >= x->ndim - 2 || go->sizes[d] == x->sizes[d]);
@@ -846,7 +845,7 @@ static tpu_status_t build_trsm(tpu_build_t* b) {
     const tpu_arg_t* o = tpu__arg(b, b->nargs - (legacy ? 2 : 1));
     if (o && o->kind == TPU_ARG_TENSOR && o->tensor.dtype != A->dtype)
       return legacy ? tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype %s, but got %s instead",
-                               meta_name(A->dtype), meta_name(o->tensor.dtype))
+                               tpu__dtype_cpp_name(A->dtype), tpu__dtype_cpp_name(o->tensor.dtype))
                     : tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(A->dtype),
                                st_name(o->tensor.dtype));
   }
@@ -878,6 +877,7 @@ const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"mm", build_gemm, &g_mm}, {"mm.out", build_gemm, &g_mm},
     {"bmm", build_gemm, &g_bmm}, {"bmm.out", build_gemm, &g_bmm},
     {"addmm", build_gemm, &g_addmm}, {"addmm_", build_gemm, &g_addmm}, {"addmm.out", build_gemm, &g_addmm},
+    {"_addmm_activation", build_addmm_activation, NULL}, {"_addmm_activation.out", build_addmm_activation, NULL},
     {"baddbmm", build_gemm, &g_baddbmm}, {"baddbmm_", build_gemm, &g_baddbmm},
     {"baddbmm.out", build_gemm, &g_baddbmm},
     {"addbmm", build_gemm, &g_addbmm}, {"addbmm_", build_gemm, &g_addbmm}, {"addbmm.out", build_gemm, &g_addbmm},

@@ -801,6 +801,136 @@ static tpu_status_t build_col2im(tpu_build_t* b) {
   return NULL;
 }
 
+/* ---- the transformer inference fast path -------------------------------------------
+ * nn.MultiheadAttention / nn.TransformerEncoderLayer in eval go through ATen's
+ * _native_multi_head_attention and _transformer_encoder_layer_fwd (registered for tpu by
+ * the adapter as they are), which call the two kernels below. */
+
+/* "The expanded size of the tensor ..." as Tensor::expand words it. */
+static tpu_status_t expand_error(tpu_build_t* b, int nd, const int64_t* target, int nm, const int64_t* m) {
+  char a[256], c[256];
+  int bad = 0;
+  for (int i = 0; i < nd; ++i) {
+    int mi = i - (nd - nm);
+    if (mi >= 0 && m[mi] != 1 && m[mi] != target[i]) { bad = i; break; }
+  }
+  tpu__fmt_shape(a, sizeof a, nd, target);
+  tpu__fmt_shape(c, sizeof c, nm, m);
+  return tpu__err(b, TPU_INVALID_ARGUMENT,
+                  "The expanded size of the tensor (%lld) must match the existing size (%lld) at "
+                  "non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
+                  (long long)target[bad], (long long)m[bad - (nd - nm)], bad, a, c);
+}
+
+/* _masked_softmax(self, mask, dim=None, mask_type=None) [.out]: softmax over dim of the
+ * positions where mask is false; masked positions give 0. mask_type 0 is an [L, L]
+ * attention mask and 1 a [B, L] key padding mask of a [B, heads, L, L] input (both only
+ * for a 2-d mask and a 4-d input; every other call is type 2: mask shaped like the
+ * input). Checks, their order and messages as ATen's CPU kernel; as there, a row with
+ * every position masked (or whose unmasked values make the sum NaN) is NaN throughout.
+ * Where CPU would read past the mask (type 0/1 over the last dim of a non-square input)
+ * the call is refused with the shape message instead.
+ * Node MASKED_SOFTMAX: in[0] self, in[1] the mask as a bool view broadcast to self's
+ * shape (stride 0 on the broadcast dims); ia[0] the dim (0 for a 0-dim self). */
+static tpu_status_t build_masked_softmax(tpu_build_t* b) {
+  const tpu_view_t *x, *m;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &m));
+  bool has_dim = !tpu__arg_is_none(b, 2), has_type = !tpu__arg_is_none(b, 3);
+  int64_t dim = 0, type = 0;
+  if (has_dim) TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &dim));
+  if (has_type) TPU_RETURN_IF_ERROR(tpu__arg_int(b, 3, &type));
+  if (m->dtype != TPU_DTYPE_BOOL) return tpu__err(b, TPU_INVALID_ARGUMENT, "Mask should be a boolean tensor");
+  if (m->ndim != 2 || x->ndim != 4) { has_type = true; type = 2; }
+  /* the mask as a view broadcast to x: [B, 1, 1, L] for type 1, [1, 1, L, L] for type 0 */
+  tpu_view_t mv = *m;
+  const bool last = has_dim && dim == x->ndim - 1; /* CPU compares the dim as given */
+  if (has_type && type == 2) {
+    if (!same_shape(x->ndim, x->sizes, m->ndim, m->sizes))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "For mask_type == 2 mask shape should match input shape");
+  } else if (has_type && (type == 0 || type == 1)) {
+    const int64_t* xs = x->sizes;
+    const int64_t* ms = m->sizes;
+    bool ok = type == 1 ? xs[0] == ms[0] && xs[2] == ms[1] : xs[2] == ms[0] && xs[2] == ms[1];
+    if (ok && last) ok = xs[3] == ms[1];
+    if (!ok)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, type == 1 ? "For mask_type == 1 mask shape should be (B, L)"
+                                                         : "For mask_type == 0 mask shape should be (L, L)");
+    int64_t v4[4] = {type == 1 ? ms[0] : 1, 1, type == 1 ? 1 : ms[0], ms[1]};
+    if (v4[0] != 1 && v4[0] != xs[0]) return expand_error(b, 4, xs, 4, v4);
+    if ((v4[2] != 1 && v4[2] != xs[2]) || (v4[3] != 1 && v4[3] != xs[3])) return expand_error(b, 4, xs, 4, v4);
+    mv.ndim = 4;
+    for (int d = 0; d < 4; ++d) { mv.sizes[d] = xs[d]; mv.strides[d] = 0; }
+    if (type == 1) { mv.strides[0] = m->strides[0]; mv.strides[3] = m->strides[1]; }
+    else { mv.strides[2] = m->strides[0]; mv.strides[3] = m->strides[1]; }
+    if (xs[0] == 1) mv.strides[0] = 0;
+  } else if (!has_type) {
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Mask Type should be defined");
+  } else {
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "Mask Type should be 0 (src_mask) or 1 (src_key_padding_mask), or 2 (default_mask)");
+  }
+  int wd = 0;
+  TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, has_dim ? dim : x->ndim - 1, x->ndim, &wd));
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, "masked_softmax", x->dtype);
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, &mv));
+  b->node->kind = TPU_KIND_MASKED_SOFTMAX;
+  b->node->compute = tpu__compute_dtype(x->dtype);
+  b->node->ia[0] = x->ndim ? wd : 0;
+  tpu__node_add_output(b->node, x->dtype, x->ndim, x->sizes);
+  return tpu__out_dtypes_exact(b);
+}
+
+/* What c10's TORCH_CHECK without a message appends to "Expected <cond> to be true". */
+#define TPU__CHECK_TAIL \
+  "(Could this error message be improved?  If so, please report an enhancement request to PyTorch.)"
+
+/* _transform_bias_rescale_qkv(qkv, qkv_bias, num_heads) [.out]: qkv [B, T, 3D] plus the
+ * bias [3D] split into q, k, v, each [B, heads, T, D / heads], q scaled by
+ * 1 / sqrt(D / heads). Rounded as ATen's CPU kernel (found by comparing bits): in
+ * float64 for float64, else in float32 (sum, scale 1 / sqrtf, product), rounded to the
+ * dtype once at the end. (CPU returns three slices of one buffer; here they are three
+ * tensors, which no caller can tell apart.)
+ * A bias of another dtype or size, which CPU reads out of bounds, is refused.
+ * Node QKV_TRANSFORM: in[0] qkv, in[1] bias (any shape of 3D elements, read in
+ * row-major order as CPU reads its memory); ia[0] heads; da[0] the scale. */
+static tpu_status_t build_transform_qkv(tpu_build_t* b) {
+  const tpu_view_t *qkv, *bias;
+  int64_t heads;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &qkv));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &bias));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 2, &heads));
+  int unused;
+  if (qkv->ndim < 3) TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, 2, qkv->ndim, &unused)); /* CPU's qkv.size(2) */
+  if (qkv->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "expected a 3-d qkv, got %d-d", qkv->ndim);
+  const int64_t B = qkv->sizes[0], T = qkv->sizes[1], D3 = qkv->sizes[2], D = D3 / 3;
+  if (heads <= 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "num_heads must be positive, got %lld", (long long)heads);
+  if (D3 % 3 != 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected _3D %% 3 == 0 to be true, but got false.  " TPU__CHECK_TAIL);
+  if (D % heads != 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected D %% num_head == 0 to be true, but got false.  " TPU__CHECK_TAIL);
+  if (!tpu_dtype_is_floating(qkv->dtype))
+    return tpu__err_not_implemented_for(b, "transform_bias_rescale_qkv", qkv->dtype);
+  if (bias->dtype != qkv->dtype || tpu_view_numel(bias) != D3) {
+    char s[256];
+    tpu__fmt_shape(s, sizeof s, bias->ndim, bias->sizes);
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected qkv_bias of %lld elements of dtype %s (qkv's), got %s of shape %s",
+                    (long long)D3, tpu__dtype_c10_name(qkv->dtype), tpu__dtype_c10_name(bias->dtype), s);
+  }
+  const int64_t dh = D / heads;
+  double scale = qkv->dtype == TPU_DTYPE_F64 ? 1.0 / sqrt((double)dh) : (double)(1.0f / sqrtf((float)dh));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, qkv));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, bias));
+  b->node->kind = TPU_KIND_QKV_TRANSFORM;
+  b->node->compute = tpu__compute_dtype(qkv->dtype);
+  b->node->ia[0] = heads;
+  b->node->da[0] = scale;
+  int64_t shape[4] = {B, heads, T, dh};
+  for (int i = 0; i < 3; ++i) tpu__node_add_output(b->node, qkv->dtype, 4, shape);
+  return tpu__out_dtypes_exact(b);
+}
+
 /* _scaled_dot_product_fused_attention_overrideable declares two outputs (output,
  * logsumexp); the adapter fills the schema's remaining returns, which carry nothing for a
  * dropout-free kernel. */
@@ -849,5 +979,9 @@ const tpu_aten_entry_t tpu__aten_nn[] = {
     {"im2col.out", build_im2col, NULL},
     {"col2im", build_col2im, NULL},
     {"col2im.out", build_col2im, NULL},
+    {"_masked_softmax", build_masked_softmax, NULL},
+    {"_masked_softmax.out", build_masked_softmax, NULL},
+    {"_transform_bias_rescale_qkv", build_transform_qkv, NULL},
+    {"_transform_bias_rescale_qkv.out", build_transform_qkv, NULL},
     {NULL, NULL, NULL},
 };

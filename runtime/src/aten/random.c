@@ -15,23 +15,6 @@
 #include "aten/aten.h"
 
 /* c10::toString(ScalarType): used in NotImplementedError dispatch messages. */
-/* The C++ type names (typeid) that CPU's bounds checks print. */
-static const char* cpp_name(tpu_dtype_t t) {
-  switch (t) {
-    case TPU_DTYPE_U8: return "unsigned char";
-    case TPU_DTYPE_I8: return "signed char";
-    case TPU_DTYPE_I16: return "short int";
-    case TPU_DTYPE_I32: return "int";
-    case TPU_DTYPE_I64: return "long int";
-    case TPU_DTYPE_F16: return "c10::Half";
-    case TPU_DTYPE_F32: return "float";
-    case TPU_DTYPE_F64: return "double";
-    case TPU_DTYPE_BOOL: return "bool";
-    case TPU_DTYPE_BF16: return "c10::BFloat16";
-    default: return "unknown";
-  }
-}
-
 /* Mantissa digits (std::numeric_limits<T>::digits) of the floating dtypes. */
 static int float_digits(tpu_dtype_t t) {
   return t == TPU_DTYPE_F64 ? 53 : t == TPU_DTYPE_F32 ? 24 : t == TPU_DTYPE_F16 ? 11 : 8;
@@ -96,9 +79,9 @@ static tpu_status_t build_uniform(tpu_build_t* b) {
   if (!tpu_dtype_is_floating(t)) return not_implemented(b, "check_uniform_bounds", t);
   double mx = float_max(t);
   if (!(from >= -mx && from <= mx))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "from is out of bounds for %s", cpp_name(t));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "from is out of bounds for %s", tpu__dtype_cpp_name(t));
   if (!(to >= -mx && to <= mx))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "to is out of bounds for %s", cpp_name(t));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "to is out of bounds for %s", tpu__dtype_cpp_name(t));
   if (from > to)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "uniform_ expects to return a [from, to) range, but found from=%g > to=%g", from, to);
@@ -247,18 +230,18 @@ static tpu_status_t check_from_to_in_range(tpu_build_t* b, int64_t from, int64_t
   if (tpu_dtype_is_floating(t)) {
     double mx = float_max(t);
     if ((double)from < -mx || (double)from > mx)
-      return tpu__err(b, TPU_INVALID_ARGUMENT, "from is out of bounds for %s", cpp_name(t));
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "from is out of bounds for %s", tpu__dtype_cpp_name(t));
     if ((double)to_inc < -mx || (double)to_inc > mx)
-      return tpu__err(b, TPU_INVALID_ARGUMENT, "to - 1 is out of bounds for %s", cpp_name(t));
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "to - 1 is out of bounds for %s", tpu__dtype_cpp_name(t));
     /* CPU also warns (UserWarning) when a bound exceeds +-2^digits; a C builder has no
      * channel for warnings, so that one is not reproduced. */
   } else {
     int64_t lo, hi;
     int_bounds(t, &lo, &hi);
     if (from < lo || from > hi)
-      return tpu__err(b, TPU_INVALID_ARGUMENT, "from is out of bounds for %s", cpp_name(t));
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "from is out of bounds for %s", tpu__dtype_cpp_name(t));
     if (to_inc < lo || to_inc > hi)
-      return tpu__err(b, TPU_INVALID_ARGUMENT, "to - 1 is out of bounds for %s", cpp_name(t));
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "to - 1 is out of bounds for %s", tpu__dtype_cpp_name(t));
   }
   return NULL;
 }
@@ -390,7 +373,7 @@ static tpu_status_t build_cauchy(tpu_build_t* b) {
   if (!tpu_dtype_is_floating(self->dtype))
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Cauchy distribution is a continuous probability distribution. dtype must be "
-                    "a floating point but you specified %s", cpp_name(self->dtype));
+                    "a floating point but you specified %s", tpu__dtype_cpp_name(self->dtype));
   b->node->kind = TPU_KIND_RAND_CAUCHY;
   b->node->da[0] = median;
   b->node->da[1] = sigma;

@@ -13,24 +13,6 @@
 
 #include "aten/aten.h"
 
-/* ---- dtype names as PyTorch's messages print them -------------------------------- */
-
-static const char* cpp_name(tpu_dtype_t d) {
-  switch (d) {
-    case TPU_DTYPE_U8: return "unsigned char";
-    case TPU_DTYPE_I8: return "signed char";
-    case TPU_DTYPE_I16: return "short int";
-    case TPU_DTYPE_I32: return "int";
-    case TPU_DTYPE_I64: return "long int";
-    case TPU_DTYPE_F16: return "c10::Half";
-    case TPU_DTYPE_F32: return "float";
-    case TPU_DTYPE_F64: return "double";
-    case TPU_DTYPE_BOOL: return "bool";
-    case TPU_DTYPE_BF16: return "c10::BFloat16";
-    default: return "undefined";
-  }
-}
-
 /* ---- argument helpers -------------------------------------------------------------- */
 
 /* dtype of the k-th of n trailing out= tensors; INVALID outside the out variant. */
@@ -45,7 +27,7 @@ static tpu_status_t out_exact(tpu_build_t* b, int k, int n, tpu_dtype_t want) {
   tpu_dtype_t got = out_dtype(b, k, n);
   if (got != TPU_DTYPE_INVALID && got != want)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype %s, but got %s instead",
-                    cpp_name(want), cpp_name(got));
+                    tpu__dtype_cpp_name(want), tpu__dtype_cpp_name(got));
   return NULL;
 }
 
@@ -435,7 +417,7 @@ static tpu_status_t build_scan(tpu_build_t* b) {
     if (dt != TPU_DTYPE_INVALID && dt != x->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "Bad in-place call: input tensor dtype %s and output tensor dtype %s should match",
-                      cpp_name(x->dtype), cpp_name(dt));
+                      tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(dt));
     res = x->dtype;
   } else {
     tpu_dtype_t o = out_dtype(b, 0, 1);
@@ -572,7 +554,7 @@ static tpu_status_t build_histc(tpu_build_t* b) {
   tpu_dtype_t o = out_dtype(b, 0, 1);
   if (o != TPU_DTYPE_INVALID && o != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.histogram: input tensor and hist tensor should have the same "
-                    "dtype, but got input %s and hist %s", cpp_name(x->dtype), cpp_name(o));
+                    "dtype, but got input %s and hist %s", tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(o));
   if (bins <= 0)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.histogram(): bins must be > 0, but got %lld for dimension 0",
                     (long long)bins);

@@ -109,7 +109,67 @@ tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* a
   return NULL;
 }
 
+static int find_entry(const char* name) {
+  for (int i = 0; i < tpu_aten_op_count(); ++i)
+    if (!strcmp(entries[i]->name, name)) return i;
+  return -1;
+}
+
+tpu_status_t tpu__build_then(tpu_build_t* b, const char* op, const tpu_arg_t* extra, int n) {
+  tpu_node_t* node = b->node;
+  if (n + 1 > TPU_THEN_MAX_ARGS || node->n_out < 1 || node->then)
+    return tpu_status_make(TPU_INTERNAL, "%s: bad follow-up %s", b->name, op);
+  int index = find_entry(op);
+  if (index < 0) return tpu_status_make(TPU_INTERNAL, "%s: no ATen entry %s", b->name, op);
+  tpu_then_t* t = tpu__calloc(1, sizeof(*t));
+  if (!t) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+  t->index = index;
+  t->nargs = n + 1;
+  for (int i = 0; i < n; ++i) t->args[i + 1] = extra[i];
+  /* Validation on output 0 as declared: a dense view of a stand-in storage (the
+   * follow-up's builder only reads metadata and takes no reference to a NULL value). */
+  const tpu_operand_t* o = &node->out[0];
+  tpu_storage_t standin;
+  memset(&standin, 0, sizeof standin);
+  tpu_view_t v;
+  memset(&v, 0, sizeof v);
+  v.storage = &standin;
+  v.dtype = o->dtype;
+  v.ndim = o->ndim;
+  int64_t st = 1;
+  for (int d = o->ndim - 1; d >= 0; --d) { v.sizes[d] = o->sizes[d]; v.strides[d] = st; st *= o->sizes[d]; }
+  t->args[0].kind = TPU_ARG_TENSOR;
+  t->args[0].tensor = v;
+  tpu_node_t* f = NULL;
+  tpu_status_t s = tpu_op_prepare(index, TPU_VARIANT_INPLACE, t->args, t->nargs, &f);
+  tpu_node_discard(f);
+  if (s) { tpu__free(t); return s; }
+  node->then = t;
+  return NULL;
+}
+
+/* Builds the node's follow-up on output 0 as bound, then queues the node and it. */
+static tpu_status_t submit_with_then(tpu_node_t* n) {
+  tpu_then_t* t = n->then;
+  n->then = NULL;
+  tpu_status_t st = t->bound ? NULL : tpu_status_make(TPU_INTERNAL, "%s: output 0 not bound", tpu__node_describe(n));
+  tpu_node_t* f = NULL;
+  if (!st) {
+    t->args[0].kind = TPU_ARG_TENSOR;
+    t->args[0].tensor = t->out_view;
+    st = tpu_op_prepare(t->index, TPU_VARIANT_INPLACE, t->args, t->nargs, &f);
+  }
+  if (!st) st = tpu_node_bind_output(f, 0, &t->out_view);
+  tpu__free(t);
+  if (st) { tpu_node_discard(f); tpu__node_free(n); return st; }
+  f->aten_index = n->aten_index; /* named as the op the user called */
+  st = tpu_node_submit(n);
+  if (st) { tpu_node_discard(f); return st; }
+  return tpu_node_submit(f);
+}
+
 tpu_status_t tpu_node_submit(tpu_node_t* n) {
+  if (n->then) return submit_with_then(n);
   int device = -1;
   for (int i = 0; i < n->n_out && device < 0; ++i)
     if (n->out_bound[i]) device = n->out[i].value->device;
@@ -127,6 +187,8 @@ tpu_status_t tpu_node_submit(tpu_node_t* n) {
       tpu__node_free(n);
       return st;
     }
+  for (int i = 0; i < n->n_in && device < 0; ++i) /* a node with no outputs (_assert_async) */
+    if (n->in[i].value) device = n->in[i].value->device;
   if (device < 0) device = 0;
   return tpu__queue_submit(device, n);
 }

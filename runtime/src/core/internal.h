@@ -80,6 +80,7 @@ struct tpu_node_s {
   int n_out;
   tpu_operand_t out[TPU_NODE_MAX_OUT];
   bool out_bound[TPU_NODE_MAX_OUT];
+  struct tpu_then_s* then;        /* owned, NULL: a follow-up op (tpu__build_then) */
   int64_t ia[TPU_NODE_NUM_IATTR]; /* integer attributes: meaning per kind */
   double da[TPU_NODE_NUM_DATTR];  /* float attributes */
   int64_t* ilist;                 /* one owned int-list attribute (dims, sizes, ...) */
@@ -95,6 +96,20 @@ struct tpu_node_s {
 #define TPU_NODE_DEBUG 1u /* debug mode: check outputs, record in the trace */
 
 tpu_node_t* tpu__node_create(void); /* NULL on host OOM */
+
+/* A follow-up op of a composite ATen op (aten/table.c, tpu__build_then): the table entry
+ * `index` runs in place on the node's output 0 right after the node, with args[1..nargs)
+ * as its remaining arguments (args[0] becomes output 0's view). tpu_node_bind_output
+ * records that view (its storage borrowed until submit, as the caller keeps the tensor
+ * alive); tpu_node_submit builds the follow-up from it and queues both, in order. */
+#define TPU_THEN_MAX_ARGS 4
+typedef struct tpu_then_s {
+  int index;
+  int nargs;
+  tpu_arg_t args[TPU_THEN_MAX_ARGS];
+  tpu_view_t out_view;
+  bool bound;
+} tpu_then_t;
 /* This thread's call site set by tpu_set_call_site (borrowed; NULL if none). */
 const char* tpu__current_site(void);
 /* Adds an input that reads view's storage's current value. */
@@ -237,5 +252,11 @@ void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* sizes);
  * keep (NULL: only count) and returns their count, or -1 on host OOM. */
 int64_t tpu__nms_keep(const void* boxes, const void* scores, tpu_dtype_t dtype, int64_t n, double threshold,
                       int64_t* keep);
+
+/* unique_consecutive's runs (core/runs.c): data is `slices` dense slices of `len`
+ * elements of dtype t; a slice starts a run unless every element equals the previous
+ * slice's (as values: NaN never equal, -0.0 == 0.0). Writes 0/1 per slice to starts
+ * (NULL: only count) and returns the number of runs. */
+int64_t tpu__runs(const void* data, tpu_dtype_t t, int64_t slices, int64_t len, uint8_t* starts);
 
 #endif /* TPURT_CORE_INTERNAL_H_ */

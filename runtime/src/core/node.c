@@ -74,6 +74,8 @@ void tpu__node_free(tpu_node_t* n) {
   for (int i = 0; i < n->n_out; ++i) if (n->out_bound[i]) tpu__value_release(n->out[i].value);
   tpu__free(n->ilist);
   tpu__free(n->site);
+  tpu__free(n->then);
+  n->then = NULL;
   n->next = freed_head;
   freed_head = n;
   if (++freed_n < NODE_BATCH) return;
@@ -209,6 +211,10 @@ tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
   if (n->out_bound[i]) tpu__value_release(op->value);
   operand_from_view(op, v);
   n->out_bound[i] = true;
+  if (i == 0 && n->then) {
+    n->then->out_view = *v;
+    n->then->bound = true;
+  }
   return NULL;
 }
 

@@ -1173,7 +1173,88 @@ done:
   return st;
 }
 
+/* UNIQUE_CONSECUTIVE (aten/index.c): self packed with dim first (dim None: flattened), so
+ * each of the `slices` slices is dense; the runs found again must be the count the
+ * builder sized the outputs with. */
+static tpu_status_t unique_consecutive_kernel(tpu_node_t* node) {
+  const tpu_operand_t* xo = &node->in[0];
+  const int64_t n = tpu__operand_numel(xo), runs = node->ia[0];
+  const int dim = (int)node->ia[1];
+  const tpu_dtype_t t = xo->dtype;
+  const size_t es = tpu_dtype_size(t);
+  if (n == 0) return NULL;
+  int perm[TPU_MAX_DIMS];
+  int nd = xo->ndim;
+  if (dim >= 0) {
+    perm[0] = dim;
+    for (int d = 0, k = 1; d < nd; ++d) if (d != dim) perm[k++] = d;
+  }
+  const int64_t slices = dim >= 0 ? xo->sizes[dim] : n, len = n / slices;
+  uint8_t* x = tpu__malloc((size_t)n * es);
+  uint8_t* starts = tpu__malloc((size_t)slices);
+  int64_t* inv = tpu__malloc((size_t)slices * sizeof(int64_t));
+  int64_t* cnt = tpu__malloc((size_t)(runs > 0 ? runs : 1) * sizeof(int64_t));
+  uint8_t* vals = tpu__malloc((size_t)(runs > 0 ? runs : 1) * (size_t)len * es);
+  tpu_status_t st = NULL;
+  if (!x || !starts || !inv || !cnt || !vals) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  tpu__pack(xo, dim >= 0 ? perm : NULL, t, x);
+  if (tpu__runs(x, t, slices, len, starts) != runs) {
+    st = tpu_status_make(TPU_INVALID_ARGUMENT,
+                         "unique_consecutive: the input changed between the call and the run "
+                         "(another thread wrote it while the op was queued)");
+    goto done;
+  }
+  int64_t r = -1;
+  for (int64_t s = 0; s < slices; ++s) {
+    if (starts[s]) {
+      ++r;
+      cnt[r] = 0;
+      memcpy(vals + (size_t)r * (size_t)len * es, x + (size_t)s * (size_t)len * es, (size_t)len * es);
+    }
+    cnt[r]++;
+    inv[s] = r;
+  }
+  tpu_operand_t vo = node->out[0];
+  if (dim >= 0)
+    for (int i = 0; i < nd; ++i) { vo.sizes[i] = node->out[0].sizes[perm[i]]; vo.strides[i] = node->out[0].strides[perm[i]]; }
+  tpu__unpack(&vo, vals, t);
+  if (node->ia[2]) tpu__unpack(&node->out[1], inv, TPU_DTYPE_I64);
+  if (node->ia[3]) tpu__unpack(&node->out[2], cnt, TPU_DTYPE_I64);
+done:
+  tpu__free(x);
+  tpu__free(starts);
+  tpu__free(inv);
+  tpu__free(cnt);
+  tpu__free(vals);
+  return st;
+}
+
+/* ASSERT_NONZERO (aten/index.c): one element, nonzero as bits (floats ignore the sign
+ * bit, so -0.0 is zero and NaN nonzero; a complex value is nonzero if either part is). */
+static tpu_status_t assert_nonzero_kernel(tpu_node_t* node) {
+  const tpu_operand_t* xo = &node->in[0];
+  const uint8_t* p = (const uint8_t*)tpu__operand_ptr(xo);
+  tpu_dtype_t t = xo->dtype;
+  bool cplx = tpu_dtype_is_complex(t);
+  size_t es = tpu_dtype_size(t), part = cplx ? es / 2 : es;
+  bool fl = cplx || tpu_dtype_is_floating(t);
+  bool nonzero = false;
+  for (size_t o = 0; o < es; o += part) {
+    uint64_t v = 0;
+    memcpy(&v, p + o, part);
+    if (fl) v &= ~(1ull << (8 * part - 1));
+    nonzero |= v != 0;
+  }
+  if (nonzero) return NULL;
+  return tpu_status_make(TPU_INVALID_ARGUMENT, "%s", (const char*)node->ilist);
+}
+
 void tpu__host_register_index(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_UNIQUE_CONSECUTIVE] = unique_consecutive_kernel;
+  table[TPU_KIND_ASSERT_NONZERO] = assert_nonzero_kernel;
   table[TPU_KIND_GATHER] = gather_kernel;
   table[TPU_KIND_SCATTER] = scatter_kernel;
   table[TPU_KIND_INDEX_SELECT] = index_select_kernel;

@@ -1323,7 +1323,176 @@ static tpu_status_t col2im_kernel(tpu_node_t* n) {
   return st;
 }
 
+/* ---- the transformer inference fast path (aten/nn.c) --------------------------------- */
+
+/* Rows of MASKED_SOFTMAX: n values (float32 for f32/bf16/f16, double for f64) and their
+ * n mask bytes. As ATen's CPU kernel: the max over unmasked values; e^(x - max) for
+ * unmasked positions and 0 for masked ones (for bf16/f16 x - max and the exponential
+ * rounded to the dtype); the sum in double (float for bf16/f16); each value times
+ * 1 / sum. A row with nothing unmasked has scale 1 / 0 = inf and is NaN throughout, as
+ * on CPU; an unmasked NaN, +inf or an all -inf row poisons the row the same way. */
+#define MASKED_SOFTMAX_ROW(T, SFX, EXPT)                                                        \
+  TPU_ISA_CLONES static void masked_softmax_row_##SFX(const T* x, const uint8_t* m, T* y, int64_t n,  \
+                                                      tpu_dtype_t t) {                          \
+    const bool narrow = t == TPU_DTYPE_BF16 || t == TPU_DTYPE_F16;                              \
+    T mx = (T)-INFINITY;                                                                        \
+    for (int64_t j = 0; j < n; ++j) {                                                           \
+      T v = m[j] ? (T)-INFINITY : x[j];                                                         \
+      mx = v > mx ? v : mx;                                                                     \
+    }                                                                                           \
+    for (int64_t j = 0; j < n; ++j) y[j] = x[j] - mx;                                           \
+    if (narrow) tpu__round_f32_run((float*)y, n, t);                                            \
+    for (int64_t j = 0; j < n; ++j) y[j] = m[j] ? (T)0 : EXPT(y[j]);                            \
+    if (narrow) tpu__round_f32_run((float*)y, n, t);                                            \
+    double sum = 0;                                                                             \
+    for (int64_t j = 0; j < n; ++j) sum += y[j];                                                \
+    double scale = narrow ? (double)(1.0f / (float)sum) : 1.0 / sum;                            \
+    for (int64_t j = 0; j < n; ++j) y[j] = (T)(y[j] * scale);                                   \
+  }
+MASKED_SOFTMAX_ROW(float, f32, tpu__vexpf)
+MASKED_SOFTMAX_ROW(double, f64, exp)
+
+typedef struct msm_s {
+  const void* x;
+  const uint8_t* m;
+  void* y;
+  int64_t n;
+  tpu_dtype_t t;
+} msm_t;
+
+static tpu_status_t masked_softmax_rows(void* arg, int64_t jb, int64_t je, int tid) {
+  (void)tid;
+  const msm_t* S = arg;
+  const int64_t n = S->n;
+  for (int64_t r = jb; r < je; ++r) {
+    if (S->t == TPU_DTYPE_F64)
+      masked_softmax_row_f64((const double*)S->x + r * n, S->m + r * n, (double*)S->y + r * n, n, S->t);
+    else
+      masked_softmax_row_f32((const float*)S->x + r * n, S->m + r * n, (float*)S->y + r * n, n, S->t);
+  }
+  return NULL;
+}
+
+/* perm: the dims in order with d moved last (the layout of packed rows). */
+static void perm_last(int nd, int d, int* perm) {
+  int k = 0;
+  for (int i = 0; i < nd; ++i) if (i != d) perm[k++] = i;
+  if (nd) perm[k] = d;
+}
+
+static tpu_status_t masked_softmax_kernel(tpu_node_t* node) {
+  tpu_operand_t* out = &node->out[0];
+  const tpu_operand_t* xo = &node->in[0];
+  const int64_t total = tpu__operand_numel(xo);
+  if (total == 0) return NULL;
+  const int nd = xo->ndim, d = (int)node->ia[0];
+  const int64_t n = nd ? xo->sizes[d] : 1;
+  const tpu_dtype_t rt = xo->dtype == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
+  const size_t es = tpu_dtype_size(rt);
+  int perm[TPU_MAX_DIMS];
+  perm_last(nd, d, perm);
+  void* x = tpu__malloc(cnt1(total) * es);
+  void* y = tpu__malloc(cnt1(total) * es);
+  uint8_t* m = tpu__malloc(cnt1(total));
+  tpu_status_t st = NULL;
+  if (!x || !y || !m) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    tpu__pack(xo, nd ? perm : NULL, rt, x);
+    tpu__pack(&node->in[1], nd ? perm : NULL, TPU_DTYPE_BOOL, m);
+    msm_t S = {x, m, y, n, xo->dtype};
+    const int64_t rows = total / n;
+    st = rows > 1 && total >= TPU_PARALLEL_MIN_WORK
+             ? tpu__parallel_for(rows, TPU_PARALLEL_MIN_WORK / n + 1, masked_softmax_rows, &S)
+             : masked_softmax_rows(&S, 0, rows, 0);
+    if (!st) {
+      tpu_operand_t po = *out;
+      for (int i = 0; i < nd; ++i) { po.sizes[i] = out->sizes[perm[i]]; po.strides[i] = out->strides[perm[i]]; }
+      tpu__unpack(&po, y, rt);
+    }
+  }
+  tpu__free(x);
+  tpu__free(y);
+  tpu__free(m);
+  return st;
+}
+
+/* QKV_TRANSFORM: out s (q, k, v)[b, h, t, e] = qkv[b, t, s D + h dh + e] + bias[same],
+ * q's times the scale, in float32 (float64 for float64; CPU's arithmetic), rounded to the
+ * dtype on store. Work is split by (b, t) rows of qkv. */
+typedef struct qkv_s {
+  const void* x;
+  const void* bias;
+  void* y[3];
+  int64_t T, H, dh;
+  double scale;
+  bool f64;
+} qkv_t;
+
+#define QKV_ROWS(TY, SFX)                                                                     \
+  static void qkv_rows_##SFX(const qkv_t* S, int64_t rb, int64_t re) {                        \
+    const int64_t T = S->T, H = S->H, dh = S->dh, D = H * dh;                                 \
+    const TY scale = (TY)S->scale;                                                            \
+    const TY* bias = S->bias;                                                                 \
+    for (int64_t r = rb; r < re; ++r) {                                                       \
+      const int64_t b = r / T, tt = r % T;                                                    \
+      for (int s = 0; s < 3; ++s)                                                             \
+        for (int64_t h = 0; h < H; ++h) {                                                     \
+          const TY* xr = (const TY*)S->x + r * 3 * D + s * D + h * dh;                        \
+          const TY* br = bias + s * D + h * dh;                                               \
+          TY* yr = (TY*)S->y[s] + ((b * H + h) * T + tt) * dh;                                \
+          if (s == 0)                                                                         \
+            for (int64_t e = 0; e < dh; ++e) yr[e] = (TY)(xr[e] + br[e]) * scale;             \
+          else                                                                                \
+            for (int64_t e = 0; e < dh; ++e) yr[e] = xr[e] + br[e];                           \
+        }                                                                                     \
+    }                                                                                         \
+  }
+QKV_ROWS(float, f32)
+QKV_ROWS(double, f64)
+
+static tpu_status_t qkv_chunk(void* arg, int64_t rb, int64_t re, int tid) {
+  (void)tid;
+  const qkv_t* S = arg;
+  if (S->f64) qkv_rows_f64(S, rb, re);
+  else qkv_rows_f32(S, rb, re);
+  return NULL;
+}
+
+static tpu_status_t qkv_transform_kernel(tpu_node_t* node) {
+  const tpu_operand_t* qo = &node->in[0];
+  const int64_t B = qo->sizes[0], T = qo->sizes[1], D3 = qo->sizes[2];
+  const int64_t H = node->ia[0], dh = D3 / 3 / H;
+  const int64_t total = B * T * D3;
+  if (total == 0) return NULL;
+  const bool f64 = qo->dtype == TPU_DTYPE_F64;
+  const tpu_dtype_t rt = f64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
+  const size_t es = tpu_dtype_size(rt);
+  qkv_t S = {NULL, NULL, {NULL, NULL, NULL}, T, H, dh, node->da[0], f64};
+  void* x = tpu__malloc(cnt1(total) * es);
+  void* bias = tpu__malloc(cnt1(D3) * es);
+  for (int s = 0; s < 3; ++s) S.y[s] = tpu__malloc(cnt1(total / 3) * es);
+  tpu_status_t st = NULL;
+  if (!x || !bias || !S.y[0] || !S.y[1] || !S.y[2]) {
+    st = TPU_HOST_NOMEM();
+  } else {
+    tpu__pack(qo, NULL, rt, x);
+    tpu__pack(&node->in[1], NULL, rt, bias);
+    S.x = x;
+    S.bias = bias;
+    st = total >= TPU_PARALLEL_MIN_WORK ? tpu__parallel_for(B * T, TPU_PARALLEL_MIN_WORK / D3 + 1, qkv_chunk, &S)
+                                        : qkv_chunk(&S, 0, B * T, 0);
+    for (int s = 0; !st && s < 3; ++s) tpu__unpack(&node->out[s], S.y[s], rt);
+  }
+  tpu__free(x);
+  tpu__free(bias);
+  for (int s = 0; s < 3; ++s) tpu__free(S.y[s]);
+  return st;
+}
+
 void tpu__host_register_nn(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_MASKED_SOFTMAX] = masked_softmax_kernel;
+  table[TPU_KIND_QKV_TRANSFORM] = qkv_transform_kernel;
   table[TPU_KIND_LAYER_NORM] = layer_norm_kernel;
   table[TPU_KIND_LAYER_NORM_BACKWARD] = layer_norm_backward_kernel;
   table[TPU_KIND_EMBEDDING] = embedding_kernel;
