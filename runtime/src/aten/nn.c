@@ -261,10 +261,11 @@ static tpu_status_t build_embedding_bag(tpu_build_t* b) {
       return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag: per_sample_weights only supported with mode='sum'");
     if (psw->ndim != 1)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected per_sample_weights.value().dim() == 1 to be true, but got "
-                      "false: per_sample_weights has %d dims", psw->ndim);
+                      "false. (per_sample_weights has %d dims)", psw->ndim);
     if (tpu_view_numel(psw) != n)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected per_sample_weights.value().numel() == indices.numel() to be "
-                      "true, but got false: %lld vs %lld", (long long)tpu_view_numel(psw), (long long)n);
+                      "true, but got false. (%lld per_sample_weights for %lld indices)",
+                      (long long)tpu_view_numel(psw), (long long)n);
   }
   int64_t B = ilo ? nof - 1 : nof;
   /* CPU skips offset2bag on its fast sum path (contiguous rows of a float type, no
