@@ -686,7 +686,20 @@ typedef struct pool_ctx_s {
   const void* x; /* forward input or grad_output, dense in cd */
   void* y;       /* forward output or grad_input, dense in cd */
   int64_t* ind;  /* max pooling indices (per plane, into D*H*W) */
+  tpu_dtype_t st; /* storage dtype (bf16/f16 round in cpu_order) */
+  bool cpu_order; /* adaptive 3-d average pools: CPU's arithmetic, below */
 } pool_ctx_t;
+
+/* CPU's adaptive_avg_pool3d (forward and backward) computes in the tensor's own dtype:
+ * the window sum rounds after every add and the mean divides by the window's depth,
+ * height and width one at a time, each rounded. In bf16/f16 that differs from one f32
+ * sum and one division by more than the tolerance, so these pools follow it: sums in
+ * the compute dtype (f32 or f64), rounded through the storage dtype after each step. */
+static inline float round_to(float v, tpu_dtype_t st) {
+  if (st == TPU_DTYPE_BF16) return tpu__bf16_to_f32(tpu__f32_to_bf16(v));
+  if (st == TPU_DTYPE_F16) return (float)(_Float16)v;
+  return v;
+}
 
 static int64_t pool_grain(const plane_t* p, int64_t per_out) {
   int64_t work = p->OD * p->OH * p->OW * (per_out > 0 ? per_out : 1);
@@ -751,7 +764,7 @@ static tpu_status_t maxpool_planes(void* arg, int64_t b, int64_t e, int tid) {
 
 static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t* X = &n->in[0];
-  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL};
+  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype, false};
   int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   if (no == 0) return NULL;
   void *xo, *yo, *io;
@@ -773,8 +786,9 @@ done:
 static tpu_status_t maxpool_kernel(tpu_node_t* n) { return maxpool_run(n, false); }
 static tpu_status_t adaptive_maxpool_kernel(tpu_node_t* n) { return maxpool_run(n, true); }
 
-/* Scatter-add of one plane range of grad_output at the saved indices; an index outside
- * its plane (a hand-made indices tensor) is an error, as on CPU. */
+/* Scatter-add of one plane range of grad_output at the saved indices, in CPU's order and,
+ * for bf16/f16, rounded after every add as CPU's loop in the tensor's dtype does; an
+ * index outside its plane (a hand-made indices tensor) is an error. */
 static tpu_status_t maxpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const pool_ctx_t* c = arg;
@@ -787,7 +801,7 @@ static tpu_status_t maxpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
         return tpu_status_make(TPU_INDEX_ERROR, "%s: index %lld out of range for a plane of %lld elements",
                                tpu__node_describe(c->n), (long long)idx, (long long)V);
       int64_t t = pl * V + idx;
-      if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[t] += ((const float*)c->x)[o];
+      if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[t] = round_to(((float*)c->y)[t] + ((const float*)c->x)[o], c->st);
       else if (c->cd == TPU_DTYPE_F64) ((double*)c->y)[t] += ((const double*)c->x)[o];
       else ((int64_t*)c->y)[t] = (int64_t)((uint64_t)((int64_t*)c->y)[t] + (uint64_t)((const int64_t*)c->x)[o]);
     }
@@ -797,7 +811,7 @@ static tpu_status_t maxpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
 /* Backward of all max pools: in[0] grad_output, in[1] input, in[2] indices. */
 static tpu_status_t maxpool_bwd_kernel(tpu_node_t* n) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *IX = &n->in[2];
-  pool_ctx_t c = {n, planes(n, X, GO), n->compute, false, NULL, NULL, NULL};
+  pool_ctx_t c = {n, planes(n, X, GO), n->compute, false, NULL, NULL, NULL, n->out[0].dtype, false};
   size_t csz = tpu_dtype_size(c.cd);
   int64_t ni = c.p.P * c.p.D * c.p.H * c.p.W, no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   void* gi = c.y = alloc_elems(ni, csz);
@@ -854,6 +868,27 @@ static tpu_status_t avgpool_fwd_planes(void* arg, int64_t b, int64_t e, int tid)
           win_t w[3];
           int64_t div = avg_window(c->n, c->adaptive, p, pos, w);
           if (win_empty(w)) continue; /* stays 0 */
+          if (c->cpu_order) {
+            int64_t base = pl * V;
+            if (c->cd == TPU_DTYPE_F32) {
+              const float* xp = (const float*)c->x + base;
+              float s = 0;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) s = round_to(s + xp[d * HW + h * p->W + x], c->st);
+              for (int j = 0; j < 3; ++j) s = round_to(s / (float)(w[j].e - w[j].b), c->st);
+              ((float*)c->y)[o] = s;
+            } else {
+              const double* xp = (const double*)c->x + base;
+              double s = 0;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) s += xp[d * HW + h * p->W + x];
+              for (int j = 0; j < 3; ++j) s /= (double)(w[j].e - w[j].b);
+              ((double*)c->y)[o] = s;
+            }
+            continue;
+          }
           if (c->cd == TPU_DTYPE_I64) {
             const int64_t* xp = (const int64_t*)c->x + pl * V;
             uint64_t s = 0;
@@ -885,6 +920,27 @@ static tpu_status_t avgpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
           int64_t pos[3] = {od, oh, ow}, o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
           win_t w[3];
           int64_t div = avg_window(c->n, c->adaptive, p, pos, w);
+          if (c->cpu_order) {
+            if (c->cd == TPU_DTYPE_F32) {
+              float gd = ((const float*)c->x)[o];
+              for (int j = 0; j < 3; ++j) gd = round_to(gd / (float)(w[j].e - w[j].b), c->st);
+              float* gp = (float*)c->y + pl * V;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) {
+                    float* t = gp + d * HW + h * p->W + x;
+                    *t = round_to(*t + gd, c->st);
+                  }
+            } else {
+              double gd = ((const double*)c->x)[o];
+              for (int j = 0; j < 3; ++j) gd /= (double)(w[j].e - w[j].b);
+              double* gp = (double*)c->y + pl * V;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) gp[d * HW + h * p->W + x] += gd;
+            }
+            continue;
+          }
           for (int64_t d = w[0].b; d < w[0].e; ++d)
             for (int64_t h = w[1].b; h < w[1].e; ++h)
               for (int64_t x = w[2].b; x < w[2].e; ++x) {
@@ -903,7 +959,8 @@ static int64_t avg_taps(const tpu_node_t* n, bool adaptive) {
 
 static tpu_status_t avgpool_fwd(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t* X = &n->in[0];
-  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL};
+  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
+                  adaptive && n->ia[14] == 3};
   size_t csz = tpu_dtype_size(c.cd);
   int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   if (no == 0) return NULL;
@@ -922,7 +979,8 @@ done:
 
 static tpu_status_t avgpool_bwd(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
-  pool_ctx_t c = {n, planes(n, X, GO), n->compute, adaptive, NULL, NULL, NULL};
+  pool_ctx_t c = {n, planes(n, X, GO), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
+                  adaptive && n->ia[14] == 3};
   size_t csz = tpu_dtype_size(c.cd);
   int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   void* gi = alloc_elems(c.p.P * c.p.D * c.p.H * c.p.W, csz);

@@ -660,18 +660,34 @@ typedef struct bag_bwd_s {
   const double *g, *psw;
   double* gw;
   int64_t n_idx, B, D, mode, pad;
+  tpu_dtype_t narrow; /* bf16/f16 output: CPU's arithmetic in that dtype; else F64 */
 } bag_bwd_t;
 
+/* v rounded through a bf16/f16 dtype (CPU's Half/BFloat16 arithmetic: each operation in
+ * float, the result rounded); other dtypes: v. */
+static double bag_round(double v, tpu_dtype_t dt) {
+  if (dt == TPU_DTYPE_BF16) return tpu__bf16_to_f32(tpu__f32_to_bf16((float)v));
+  if (dt == TPU_DTYPE_F16) return (float)(_Float16)(float)v;
+  return v;
+}
+
 /* Columns [j0, j1) of the weight gradient: every thread walks all indices in order over
- * its own columns, so the sums do not depend on the split. */
+ * its own columns, so the sums do not depend on the split. float32/float64 accumulate in
+ * float64 and round once; bf16/f16 follow CPU, which adds in the tensor's dtype (each
+ * index's scale cast to it, then y += scale * grad row, each step rounded) in the same
+ * order (per weight row, its indices in order; max mode bag by bag). */
 static tpu_status_t bag_bwd_cols(void* arg, int64_t j0, int64_t j1, int tid) {
   (void)tid;
   const bag_bwd_t* c = arg;
   int64_t D = c->D;
+  tpu_dtype_t nr = c->narrow;
   if (c->mode == 2) {
     for (int64_t b = 0; b < c->B; ++b) {
       if (c->bsize[b] == 0) continue;
-      for (int64_t j = j0; j < j1; ++j) c->gw[c->maxi[b * D + j] * D + j] += c->g[b * D + j];
+      for (int64_t j = j0; j < j1; ++j) {
+        double* y = &c->gw[c->maxi[b * D + j] * D + j];
+        *y = bag_round(*y + c->g[b * D + j], nr);
+      }
     }
     return NULL;
   }
@@ -682,7 +698,15 @@ static tpu_status_t bag_bwd_cols(void* arg, int64_t j0, int64_t j1, int tid) {
     if (c->cnt) f /= (double)c->cnt[r];
     if (c->mode == 1) f /= (double)c->bsize[b];
     if (c->psw) f *= c->psw[i];
-    for (int64_t j = j0; j < j1; ++j) c->gw[r * D + j] += c->g[b * D + j] * f;
+    if (nr == TPU_DTYPE_F64) {
+      for (int64_t j = j0; j < j1; ++j) c->gw[r * D + j] += c->g[b * D + j] * f;
+    } else {
+      float fs = (float)bag_round(f, nr);
+      for (int64_t j = j0; j < j1; ++j) {
+        double* y = &c->gw[r * D + j];
+        *y = bag_round((float)*y + (float)bag_round(fs * (float)c->g[b * D + j], nr), nr);
+      }
+    }
   }
   return NULL;
 }
@@ -724,7 +748,9 @@ static tpu_status_t embedding_bag_backward_kernel(tpu_node_t* n) {
   }
   if (cnt)
     for (int64_t i = 0; i < n_idx; ++i) ++cnt[idx[i]];
-  bag_bwd_t c = {idx, bag, bsize, maxi, cnt, g, psw, gw, n_idx, B, D, mode, pad};
+  tpu_dtype_t od = n->out[0].dtype;
+  tpu_dtype_t narrow = od == TPU_DTYPE_BF16 || od == TPU_DTYPE_F16 ? od : TPU_DTYPE_F64;
+  bag_bwd_t c = {idx, bag, bsize, maxi, cnt, g, psw, gw, n_idx, B, D, mode, pad, narrow};
   int64_t work = (mode == 2 ? B : n_idx) + 1;
   st = tpu__parallel_for(D, TPU_PARALLEL_MIN_WORK / work + 1, bag_bwd_cols, &c);
   if (!st) tpu__unpack(&n->out[0], gw, TPU_DTYPE_F64);
