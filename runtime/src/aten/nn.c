@@ -1,7 +1,8 @@
-/* ATen ops of the nn family: layer norm, embedding, embedding_bag, nll loss, fused attention, the
- * pointwise losses, reflection/replication padding and im2col/col2im. Builders check
- * arguments the way ATen's CPU kernels do, so the same Python exception (and nearly the
- * same text) comes back. Node layouts of the padding and window kinds are in host/nn.c. */
+/* ATen ops of the nn family: layer norm, embedding, embedding_bag, nll loss, fused
+ * attention, the pointwise losses, reflection/replication padding and im2col/col2im.
+ * Builders check arguments the way ATen's CPU kernels do, so the same Python exception
+ * (and nearly the same text) comes back. Node layouts of the padding, window and
+ * embedding_bag kinds are in host/nn.c. */
 #include <math.h>
 #include <stdio.h>
 
@@ -248,7 +249,7 @@ static tpu_status_t build_embedding_bag(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(check_types_for_bag(b, off, "offsets", false));
   TPU_RETURN_IF_ERROR(check_types_for_bag(b, w, "weight", true));
   if (mode < 0 || mode > 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "`mode` must be sum, mean, or max.");
-  int64_t n = idx->sizes[0], nof = off->sizes[0], D = w->sizes[1];
+  int64_t len = idx->sizes[0], nof = off->sizes[0], D = w->sizes[1];
   if (ilo && nof < 1)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "include_last_offset: number of offset should be at least 1");
   if (psw) {
@@ -262,10 +263,10 @@ static tpu_status_t build_embedding_bag(tpu_build_t* b) {
     if (psw->ndim != 1)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected per_sample_weights.value().dim() == 1 to be true, but got "
                       "false. (per_sample_weights has %d dims)", psw->ndim);
-    if (tpu_view_numel(psw) != n)
+    if (tpu_view_numel(psw) != len)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected per_sample_weights.value().numel() == indices.numel() to be "
                       "true, but got false. (%lld per_sample_weights for %lld indices)",
-                      (long long)tpu_view_numel(psw), (long long)n);
+                      (long long)tpu_view_numel(psw), (long long)len);
   }
   int64_t B = ilo ? nof - 1 : nof;
   /* CPU skips offset2bag on its fast sum path (contiguous rows of a float type, no
@@ -274,24 +275,24 @@ static tpu_status_t build_embedding_bag(tpu_build_t* b) {
                   (w->dtype == TPU_DTYPE_F32 || w->dtype == TPU_DTYPE_F16 || w->dtype == TPU_DTYPE_BF16) &&
                   (!psw || psw->strides[0] == 1 || psw->sizes[0] <= 1);
   tpu_dtype_t aux = idx->dtype == TPU_DTYPE_I32 && off->dtype == TPU_DTYPE_I32 ? TPU_DTYPE_I32 : TPU_DTYPE_I64;
-  tpu_node_t* n_ = b->node;
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, w));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, idx));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, off));
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, off));
   TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, psw));
-  n_->kind = TPU_KIND_EMBEDDING_BAG;
-  n_->compute = tpu__compute_dtype(w->dtype);
-  n_->ia[0] = mode;
-  n_->ia[1] = pad;
-  n_->ia[2] = ilo;
-  int64_t shape[2] = {B, D}, o2b = fast_sum ? 0 : n;
+  n->kind = TPU_KIND_EMBEDDING_BAG;
+  n->compute = tpu__compute_dtype(w->dtype);
+  n->ia[0] = mode;
+  n->ia[1] = pad;
+  n->ia[2] = ilo;
+  int64_t shape[2] = {B, D}, o2b = fast_sum ? 0 : len;
   /* _embedding_bag_forward_only's sum mode sizes bag_size / max_indices by the offsets */
   int64_t nbs = fwd_only && mode == 0 && ilo ? nof : B;
-  tpu__node_add_output(n_, w->dtype, 2, shape);
-  tpu__node_add_output(n_, aux, 1, &o2b);
-  tpu__node_add_output(n_, aux, 1, &nbs);
-  if (mode == 2) tpu__node_add_output(n_, aux, 2, shape);
-  else tpu__node_add_output(n_, aux, 1, &nbs);
+  tpu__node_add_output(n, w->dtype, 2, shape);
+  tpu__node_add_output(n, aux, 1, &o2b);
+  tpu__node_add_output(n, aux, 1, &nbs);
+  if (mode == 2) tpu__node_add_output(n, aux, 2, shape);
+  else tpu__node_add_output(n, aux, 1, &nbs);
   return NULL;
 }
 
@@ -340,8 +341,8 @@ static tpu_status_t build_embedding_bag_backward(tpu_build_t* b) {
                                             "dense gradients: %lld", (long long)mode);
   if (!tpu_dtype_is_floating(g->dtype)) return tpu__err_not_implemented_for(b, "embedding_bag_backward", g->dtype);
   if (nw < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "num_weights must be non-negative, got %lld", (long long)nw);
-  int64_t n = idx->sizes[0], B = g->sizes[0], D = g->sizes[1];
-  if (tpu_view_numel(o2b) == 0 && n != 0 && !off)
+  int64_t len = idx->sizes[0], B = g->sizes[0], D = g->sizes[1];
+  if (tpu_view_numel(o2b) == 0 && len != 0 && !off)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: offset2bag is empty and no offsets were given");
   if (off && off->ndim != 1)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "offsets has to be a 1D Tensor, but got Tensor of dimension %d",
@@ -352,25 +353,25 @@ static tpu_status_t build_embedding_bag_backward(tpu_build_t* b) {
   if (mode == 2 && (mi->ndim != 2 || mi->sizes[0] != B || mi->sizes[1] != D))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: max_indices must have grad's shape [%lld, %lld]",
                     (long long)B, (long long)D);
-  if (psw && tpu_view_numel(psw) != n)
+  if (psw && tpu_view_numel(psw) != len)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: per_sample_weights has %lld elements for %lld "
-                    "indices", (long long)tpu_view_numel(psw), (long long)n);
-  tpu_node_t* n_ = b->node;
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, g));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, idx));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, o2b));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, bs));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, mi));
+                    "indices", (long long)tpu_view_numel(psw), (long long)len);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, o2b));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, bs));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, mi));
   TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, psw));
   TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, off));
-  n_->kind = TPU_KIND_EMBEDDING_BAG_BACKWARD;
-  n_->compute = tpu__compute_dtype(g->dtype);
-  n_->ia[0] = nw;
-  n_->ia[1] = scale;
-  n_->ia[2] = mode;
-  n_->ia[3] = pad;
+  n->kind = TPU_KIND_EMBEDDING_BAG_BACKWARD;
+  n->compute = tpu__compute_dtype(g->dtype);
+  n->ia[0] = nw;
+  n->ia[1] = scale;
+  n->ia[2] = mode;
+  n->ia[3] = pad;
   int64_t shape[2] = {nw, D};
-  tpu__node_add_output(n_, g->dtype, 2, shape);
+  tpu__node_add_output(n, g->dtype, 2, shape);
   return NULL;
 }
 
@@ -387,7 +388,8 @@ static tpu_status_t build_embedding_bag_psw_backward(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 5, &mode));
   TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 6, -1, &pad));
   if (mode != 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
   TPU_RETURN_IF_ERROR(check_bag_index_args(b, g, idx, o2b));
   if (w->ndim != 2 || w->sizes[1] != g->sizes[1])
     return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: weight must be 2-D with grad's %lld columns",
@@ -397,17 +399,17 @@ static tpu_status_t build_embedding_bag_psw_backward(tpu_build_t* b) {
                     off->ndim);
   if (!tpu_dtype_is_floating(g->dtype) || !tpu_dtype_is_floating(w->dtype))
     return tpu__err_not_implemented_for(b, "embedding_bag_per_sample_weights_backward", g->dtype);
-  tpu_node_t* n_ = b->node;
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, g));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, w));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, idx));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, off));
-  TPU_RETURN_IF_ERROR(tpu__node_add_input(n_, o2b));
-  n_->kind = TPU_KIND_EMBEDDING_BAG_PSW_BACKWARD;
-  n_->compute = tpu__compute_dtype(g->dtype);
-  n_->ia[0] = pad;
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, off));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, o2b));
+  n->kind = TPU_KIND_EMBEDDING_BAG_PSW_BACKWARD;
+  n->compute = tpu__compute_dtype(g->dtype);
+  n->ia[0] = pad;
   int64_t len = idx->sizes[0];
-  tpu__node_add_output(n_, g->dtype, 1, &len);
+  tpu__node_add_output(n, g->dtype, 1, &len);
   return NULL;
 }
 

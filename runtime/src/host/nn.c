@@ -696,7 +696,7 @@ static tpu_status_t bag_bwd_cols(void* arg, int64_t j0, int64_t j1, int tid) {
     if (r == c->pad) continue;
     double f = 1.0;
     if (c->cnt) f /= (double)c->cnt[r];
-    if (c->mode == 1) f /= (double)c->bsize[b];
+    if (c->mode == 1 && c->bsize[b] != 0) f /= (double)c->bsize[b]; /* as CPU: 0 leaves the scale */
     if (c->psw) f *= c->psw[i];
     if (nr == TPU_DTYPE_F64) {
       for (int64_t j = j0; j < j1; ++j) c->gw[r * D + j] += c->g[b * D + j] * f;
