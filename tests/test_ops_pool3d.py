@@ -91,10 +91,12 @@ def _cpu(fn, x, *args, **kw):
 
 def test_avg_pool3d_out():
     x = make((2, 3, 4, 5, 6), torch.float32)
-    out = torch.empty(0, device=DEV)
-    with native(*POOL_OPS):
+    out, aout = torch.empty(0, device=DEV), torch.empty(0, device=DEV)
+    with native(*POOL_OPS, "adaptive_avg_pool3d"):
         A.avg_pool3d.out(tpu(x), [2, 3, 2], [1, 2, 2], [1, 1, 0], True, False, None, out=out)
+        A.adaptive_avg_pool3d.out(tpu(x), [3, 2, 4], out=aout)
     assert_close(out, A.avg_pool3d(x, [2, 3, 2], [1, 2, 2], [1, 1, 0], True, False, None))
+    assert_close(aout, A.adaptive_avg_pool3d(x, [3, 2, 4]))
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

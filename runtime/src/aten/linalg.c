@@ -1006,6 +1006,7 @@ const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"avg_pool3d_backward", build_avgpool_bwd, &g_avg3_bwd},
     {"avg_pool3d_backward.grad_input", build_avgpool_bwd, &g_avg3_bwd},
     {"_adaptive_avg_pool3d", build_adaptive_avg, &g_aavg3}, {"_adaptive_avg_pool3d.out", build_adaptive_avg, &g_aavg3},
+    {"adaptive_avg_pool3d.out", build_adaptive_avg, &g_aavg3},
     {"_adaptive_avg_pool3d_backward", build_adaptive_avg_bwd, &g_aavg3},
     {"_adaptive_avg_pool3d_backward.out", build_adaptive_avg_bwd, &g_aavg3},
     {"adaptive_avg_pool3d_backward.grad_input", build_adaptive_avg_bwd, &g_aavg3},
