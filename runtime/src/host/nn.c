@@ -499,25 +499,23 @@ static tpu_status_t embedding_backward_kernel(tpu_node_t* n) {
  *                padding_idx. Output: one dot product per index. */
 
 /* RuntimeError, as CPU's TORCH_CHECKs in these kernels raise (the queue names the op). */
-static tpu_status_t bag_error(const tpu_node_t* n, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static tpu_status_t bag_error(const tpu_node_t* n, const char* fmt, ...) {
+static tpu_status_t bag_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static tpu_status_t bag_error(const char* fmt, ...) {
   char msg[256];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  (void)n;
   return tpu_status_make(TPU_INVALID_ARGUMENT, "%s", msg);
 }
 
 /* Each index's bag from offsets as CPU's make_offset2bag builds it: bag[i] = (offsets at
  * or before i) - 1, counting the first nused offsets. Offsets outside [0, n] fail. */
-static tpu_status_t bags_from_offsets(const tpu_node_t* nd, const int64_t* off, int64_t nused, int64_t n,
-                                      int64_t* bag) {
+static tpu_status_t bags_from_offsets(const int64_t* off, int64_t nused, int64_t n, int64_t* bag) {
   for (int64_t i = 0; i < n; ++i) bag[i] = 0;
   for (int64_t j = 0; j < nused; ++j) {
     if (off[j] < 0 || off[j] > n)
-      return bag_error(nd, "offsets[%lld] = %lld is outside the indices", (long long)j, (long long)off[j]);
+      return bag_error("offsets[%lld] = %lld is outside the indices", (long long)j, (long long)off[j]);
     if (off[j] < n) ++bag[off[j]];
   }
   int64_t run = -1;
@@ -593,26 +591,26 @@ static tpu_status_t embedding_bag_kernel(tpu_node_t* n) {
   }
   /* CPU's checks, in its order, then the ones CPU leaves to undefined behaviour */
   if (nof > 0 && off[0] != 0) {
-    st = bag_error(n, "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+    st = bag_error("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
                       "position 0. However, got %lld", (long long)off[0]);
     goto done;
   }
   if (nof > 0 && off[nof - 1] > n_idx) {
-    st = bag_error(n, "offsets[-1] can not be greater than input's length %lld but got offsets[-1] of %lld",
+    st = bag_error("offsets[-1] can not be greater than input's length %lld but got offsets[-1] of %lld",
                    (long long)n_idx, (long long)off[nof - 1]);
     goto done;
   }
   for (int64_t j = 1; j < nof; ++j)
     if (off[j] < off[j - 1]) {
-      st = bag_error(n, "offsets must be non-decreasing, but offsets[%lld] = %lld is smaller than the one before it",
+      st = bag_error("offsets must be non-decreasing, but offsets[%lld] = %lld is smaller than the one before it",
                      (long long)j, (long long)off[j]);
       goto done;
     }
   for (int64_t i = 0; i < n_idx; ++i)
     if (idx[i] < 0 || idx[i] >= rows) {
-      st = mode == 2 ? bag_error(n, "embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be "
+      st = mode == 2 ? bag_error("embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be "
                                     "%lld", (long long)idx[i])
-                     : bag_error(n, "Index %lld of input takes value %lld which is not in the valid range [0, %lld)",
+                     : bag_error("Index %lld of input takes value %lld which is not in the valid range [0, %lld)",
                                  (long long)i, (long long)idx[i], (long long)rows);
       goto done;
     }
@@ -623,7 +621,7 @@ static tpu_status_t embedding_bag_kernel(tpu_node_t* n) {
   if (mode == 1) memcpy(maxi, bsize, sizeof(int64_t) * (size_t)B);
   tpu__unpack(&n->out[0], out, TPU_DTYPE_F64);
   if (tpu__operand_numel(&n->out[1]) == n_idx) {
-    st = bags_from_offsets(n, off, ilo ? nof - 1 : nof, n_idx, o2b);
+    st = bags_from_offsets(off, ilo ? nof - 1 : nof, n_idx, o2b);
     if (st) goto done;
     tpu__unpack(&n->out[1], o2b, TPU_DTYPE_I64);
   }
@@ -636,22 +634,22 @@ done:
 
 /* Each index's bag: offset2bag when it is filled, else rebuilt from offsets (all of
  * them, as CPU's backwards do). bag must hold n entries. */
-static tpu_status_t bag_of_indices(const tpu_node_t* n, const tpu_operand_t* o2b, const tpu_operand_t* off,
-                                   int64_t n_idx, int64_t B, int64_t* bag) {
+static tpu_status_t bag_of_indices(const tpu_operand_t* o2b, const tpu_operand_t* off, int64_t n_idx, int64_t B,
+                                   int64_t* bag) {
   tpu_status_t st = NULL;
   if (tpu__operand_numel(o2b) == n_idx) {
     tpu__pack(o2b, NULL, TPU_DTYPE_I64, bag);
   } else {
-    if (!present(off)) return bag_error(n, "offset2bag is empty and no offsets were given");
+    if (!present(off)) return bag_error("offset2bag is empty and no offsets were given");
     int64_t* o = tpu__pack_alloc(off, TPU_DTYPE_I64);
     if (!o) return TPU_HOST_NOMEM();
-    st = bags_from_offsets(n, o, tpu__operand_numel(off), n_idx, bag);
+    st = bags_from_offsets(o, tpu__operand_numel(off), n_idx, bag);
     tpu__free(o);
     if (st) return st;
   }
   for (int64_t i = 0; i < n_idx; ++i)
     if (bag[i] < 0 || bag[i] >= B)
-      return bag_error(n, "offset2bag[%lld] = %lld is not a bag of grad", (long long)i, (long long)bag[i]);
+      return bag_error("offset2bag[%lld] = %lld is not a bag of grad", (long long)i, (long long)bag[i]);
   return NULL;
 }
 
@@ -732,18 +730,18 @@ static tpu_status_t embedding_bag_backward_kernel(tpu_node_t* n) {
   }
   for (int64_t i = 0; i < n_idx; ++i)
     if (idx[i] < 0 || idx[i] >= nw) {
-      st = bag_error(n, "index %lld is out of range for %lld embeddings", (long long)idx[i], (long long)nw);
+      st = bag_error("index %lld is out of range for %lld embeddings", (long long)idx[i], (long long)nw);
       goto done;
     }
   if (mode == 2) {
     for (int64_t k = 0; k < B * D; ++k)
       if (bsize[k / cnt1(D)] != 0 && (maxi[k] < 0 || maxi[k] >= nw)) {
-        st = bag_error(n, "max_indices value %lld is out of range for %lld embeddings", (long long)maxi[k],
+        st = bag_error("max_indices value %lld is out of range for %lld embeddings", (long long)maxi[k],
                        (long long)nw);
         goto done;
       }
   } else {
-    st = bag_of_indices(n, &n->in[2], &n->in[6], n_idx, B, bag);
+    st = bag_of_indices(&n->in[2], &n->in[6], n_idx, B, bag);
     if (st) goto done;
   }
   if (cnt)
@@ -803,10 +801,10 @@ static tpu_status_t embedding_bag_psw_backward_kernel(tpu_node_t* n) {
   }
   for (int64_t i = 0; i < n_idx; ++i)
     if (idx[i] < 0 || idx[i] >= rows) {
-      st = bag_error(n, "index %lld is out of range for %lld embeddings", (long long)idx[i], (long long)rows);
+      st = bag_error("index %lld is out of range for %lld embeddings", (long long)idx[i], (long long)rows);
       goto done;
     }
-  st = bag_of_indices(n, &n->in[4], &n->in[3], n_idx, B, bag);
+  st = bag_of_indices(&n->in[4], &n->in[3], n_idx, B, bag);
   if (st) goto done;
   bag_psw_t c = {w, idx, bag, g, out, rows_buf, D, n->ia[0]};
   st = tpu__parallel_for(n_idx, TPU_PARALLEL_MIN_WORK / cnt1(D) + 1, bag_psw_rows, &c);
