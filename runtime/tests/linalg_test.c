@@ -618,6 +618,56 @@ static void test_max_pool(void) {
   t_reset();
 }
 
+/* 3-d pools share the 2-d parser and kernels with a depth window; unbatched 4-d input. */
+static void test_pool3d(void) {
+  int64_t xs[4] = {1, 2, 3, 2}; /* C, D, H, W */
+  double x[12];
+  for (int i = 0; i < 12; ++i) x[i] = i;
+  x[7] = NAN; /* d 1, h 0, w 1 */
+  tpu_view_t vx = t_make(TPU_DTYPE_F32, 4, xs, x);
+  int64_t k[3] = {2, 2, 2}, st[1] = {1}, pad[1] = {0}, dil[1] = {1};
+  tpu_arg_t args[6] = {a_t(vx), a_list(k, 3), a_list(st, 1), a_list(pad, 1), a_list(dil, 1), a_bool(false)};
+  tpu_view_t out[2];
+  CHECK_OK(run("max_pool3d_with_indices", args, 6, out));
+  CHECK(out[0].ndim == 4 && out[0].sizes[1] == 1 && out[0].sizes[2] == 2 && out[0].sizes[3] == 1);
+  double w[2] = {NAN, 11}, wi[2] = {7, 11}; /* NaN wins; indices into D*H*W */
+  expect(&out[0], w, 0);
+  expect(&out[1], wi, 0);
+  /* avg_pool3d, padding 1 without count_include_pad: a corner window sees 1 element */
+  double y[12];
+  for (int i = 0; i < 12; ++i) y[i] = i;
+  tpu_view_t vy = t_make(TPU_DTYPE_F64, 4, xs, y);
+  int64_t p1[1] = {1}, s2[1] = {2};
+  tpu_arg_t aargs[7] = {a_t(vy), a_list(k, 3), a_list(s2, 1), a_list(p1, 1), a_bool(false), a_bool(false), a_none()};
+  tpu_view_t ao[1];
+  CHECK_OK(run("avg_pool3d", aargs, 7, ao));
+  CHECK(ao[0].sizes[1] == 2 && ao[0].sizes[2] == 2 && ao[0].sizes[3] == 2);
+  double wa[8] = {0, 1, 3, 4, 6, 7, 9, 10};
+  expect(&ao[0], wa, 1e-12);
+  /* avg_pool3d's own check: the input must not be smaller than the kernel */
+  int64_t k3[1] = {3};
+  aargs[1] = a_list(k3, 1); aargs[3] = a_list(p1, 1);
+  expect_err(run("avg_pool3d", aargs, 7, ao), TPU_INVALID_ARGUMENT,
+             "input image (T: 2 H: 3 W: 2) smaller than kernel size (kT: 3 kH: 3 kW: 3)");
+  int64_t k2[2] = {2, 2};
+  args[1] = a_list(k2, 2);
+  expect_err(run("max_pool3d_with_indices", args, 6, out), TPU_INVALID_ARGUMENT,
+             "max_pool3d: kernel_size must either be a single int, or a tuple of three ints");
+  /* bf16 max backward rounds after every add, as CPU's loop in bf16 does: 256 + 1 + 1
+   * stays 256 (1 is below half an ulp of 256), where one f32 sum would round to 258 */
+  int64_t bs[4] = {1, 1, 1, 3}, gs[4] = {1, 1, 1, 3};
+  double bx[3] = {5, 0, 0}, bg[3] = {256, 1, 1}, bi[3] = {0, 0, 0};
+  int64_t kk[3] = {1, 1, 1};
+  tpu_arg_t bargs[8] = {a_t(t_make(TPU_DTYPE_BF16, 4, gs, bg)), a_t(t_make(TPU_DTYPE_BF16, 4, bs, bx)),
+                        a_list(kk, 3), a_list(st, 1), a_list(pad, 1), a_list(dil, 1), a_bool(false),
+                        a_t(t_make(TPU_DTYPE_I64, 4, gs, bi))};
+  tpu_view_t go[1];
+  CHECK_OK(run("max_pool3d_with_indices_backward", bargs, 8, go));
+  double wg[3] = {256, 0, 0};
+  expect(&go[0], wg, 0);
+  t_reset();
+}
+
 static void test_avg_pool(void) {
   int64_t xs[4] = {1, 1, 3, 3};
   double x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
@@ -704,6 +754,7 @@ int main(void) {
   test_conv2d();
   test_conv_transposed_and_1d();
   test_max_pool();
+  test_pool3d();
   test_avg_pool();
   test_adaptive();
   TEST_MAIN_END();

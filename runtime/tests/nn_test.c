@@ -1,4 +1,4 @@
-/* nn family: layer norm, embedding, nll loss, fused attention and pointwise losses,
+/* nn family: layer norm, embedding, embedding_bag, nll loss, fused attention and pointwise losses,
  * built through tpu_op_prepare as the adapter does, checked against values computed here
  * (directly, or by finite differences of the forward op for backward kernels). */
 #include <string.h>
@@ -260,6 +260,103 @@ static void test_embedding(void) {
   bargs[0] = A_T(vg2); bargs[2] = A_I(4);
   CHECK_CODE(tpu_op_prepare(check_op_index("embedding_dense_backward"), TPU_VARIANT_FUNCTIONAL, bargs, 5, &n),
              TPU_INVALID_ARGUMENT);
+  release_all();
+}
+
+/* ---- embedding_bag ---- */
+
+static void expect_status(tpu_status_t st, tpu_status_code_t code, const char* text) {
+  CHECK(tpu_status_code(st) == code);
+  if (st && !strstr(tpu_status_message(st), text)) {
+    fprintf(stderr, "  message '%s' lacks '%s'\n", tpu_status_message(st), text);
+    ++check_failures;
+  }
+  tpu_status_free(st);
+}
+
+static void test_embedding_bag(void) {
+  /* rows r = (r, 10r); bags [1, 2, 2] [] [3, 0, 2 (padding)] */
+  double w[8] = {0, 0, 1, 10, 2, 20, 3, 30};
+  int64_t ws[2] = {4, 2}, is[1] = {6}, os[1] = {3};
+  double idx[6] = {1, 2, 2, 3, 0, 2}, off[3] = {0, 3, 3};
+  tpu_view_t vw = make_t(TPU_DTYPE_F64, 2, ws, w), vi = make_t(TPU_DTYPE_I64, 1, is, idx);
+  tpu_view_t vo = make_t(TPU_DTYPE_I64, 1, os, off);
+  tpu_arg_t args[9] = {A_T(vw), A_T(vi), A_T(vo), A_B(false), A_I(1), A_B(false), A_N(), A_B(false), A_I(2)};
+  tpu_view_t o[4];
+  int no;
+  double r[16];
+  /* mean with padding_idx 2: bag 0 = row 1 alone, bag 2 = rows 3, 0 */
+  CHECK_OK(run_op("_embedding_bag", args, 9, o, &no));
+  CHECK(no == 4 && o[0].sizes[0] == 3 && o[1].sizes[0] == 6);
+  read_t(&o[0], r);
+  CHECK(r[0] == 1 && r[1] == 10 && r[2] == 0 && r[3] == 0 && r[4] == 1.5 && r[5] == 15);
+  read_t(&o[1], r); /* offset2bag */
+  CHECK(r[0] == 0 && r[2] == 0 && r[3] == 2 && r[5] == 2);
+  read_t(&o[2], r); /* bag_size counts non-padding indices */
+  CHECK(r[0] == 1 && r[1] == 0 && r[2] == 2);
+  /* max: the first non-padding value, then strictly greater ones; max_indices are rows */
+  args[4] = A_I(2);
+  CHECK_OK(run_op("_embedding_bag", args, 9, o, &no));
+  CHECK(o[3].ndim == 2 && o[3].sizes[1] == 2);
+  read_t(&o[0], r);
+  CHECK(r[0] == 1 && r[2] == 0 && r[4] == 3 && r[5] == 30);
+  read_t(&o[3], r);
+  CHECK(r[0] == 1 && r[1] == 1 && r[2] == 0 && r[4] == 3 && r[5] == 3);
+  /* max backward: each bag's grad goes to its max rows; empty bags give nothing */
+  double g[6] = {1, 2, 3, 4, 5, 6};
+  int64_t gs[2] = {3, 2};
+  tpu_view_t vg = make_t(TPU_DTYPE_F64, 2, gs, g);
+  tpu_arg_t bargs[12] = {A_T(vg), A_T(vi), A_T(vo), A_T(o[1]), A_T(o[2]), A_T(o[3]), A_I(4), A_B(false), A_I(2),
+                         A_B(false), A_N(), A_I(2)};
+  tpu_view_t gw[1];
+  CHECK_OK(run_op("_embedding_bag_backward", bargs, 12, gw, &no));
+  read_t(&gw[0], r);
+  CHECK(r[0] == 0 && r[2] == 1 && r[3] == 2 && r[4] == 0 && r[6] == 5 && r[7] == 6);
+  /* sum without padding (CPU's fast path: empty offset2bag); the backward rebuilds it from
+   * offsets; per_sample_weights scale each row */
+  double pw[6] = {1, 2, 3, 4, 5, 6};
+  tpu_view_t vp = make_t(TPU_DTYPE_F64, 1, is, pw);
+  args[4] = A_I(0); args[6] = A_T(vp); args[8] = A_I(-1);
+  tpu_view_t f[4];
+  CHECK_OK(run_op("_embedding_bag", args, 9, f, &no));
+  CHECK(f[1].sizes[0] == 6); /* f64 weights: CPU fills offset2bag */
+  read_t(&f[0], r);
+  CHECK(r[0] == 1 * 1 + 2 * 2 + 3 * 2 && r[4] == 4 * 3 + 0 + 6 * 2);
+  int64_t z[1] = {0};
+  tpu_view_t empty = make_t(TPU_DTYPE_I64, 1, z, NULL);
+  tpu_arg_t pargs[7] = {A_T(vg), A_T(vw), A_T(vi), A_T(vo), A_T(empty), A_I(0), A_I(-1)};
+  CHECK_OK(run_op("_embedding_bag_per_sample_weights_backward", pargs, 7, gw, &no));
+  read_t(&gw[0], r); /* grad row of the index's bag . weight row */
+  CHECK(r[0] == 1 * 1 + 2 * 10 && r[1] == 1 * 2 + 2 * 20 && r[3] == 5 * 3 + 6 * 30 && r[4] == 0);
+  bargs[3] = A_T(empty); bargs[8] = A_I(0); bargs[10] = A_T(vp); bargs[11] = A_I(-1);
+  CHECK_OK(run_op("_embedding_bag_backward", bargs, 12, gw, &no));
+  read_t(&gw[0], r); /* row 2 from bag 0 twice (weights 2, 3) and bag 2 once (weight 6) */
+  CHECK(r[2] == 1 && r[3] == 2 && r[4] == 2 * 1 + 3 * 1 + 6 * 5 && r[5] == 2 * 2 + 3 * 2 + 6 * 6);
+  /* offsets checks (RuntimeError at the next sync), index range, then still usable */
+  args[6] = A_N();
+  double bad_off[3][3] = {{1, 3, 3}, {0, 3, 7}, {0, 4, 3}};
+  const char* want[3] = {"offsets[0] has to be 0", "offsets[-1] can not be greater than input's length 6",
+                         "offsets must be non-decreasing"};
+  for (int k = 0; k < 3; ++k) {
+    args[2] = A_T(make_t(TPU_DTYPE_I64, 1, os, bad_off[k]));
+    CHECK_OK(run_op("_embedding_bag", args, 9, o, &no));
+    expect_status(tpu_device_synchronize(0), TPU_INVALID_ARGUMENT, want[k]);
+  }
+  double bad_idx[6] = {1, 2, 4, 3, 0, 2};
+  args[1] = A_T(make_t(TPU_DTYPE_I64, 1, is, bad_idx)); args[2] = A_T(vo);
+  CHECK_OK(run_op("_embedding_bag", args, 9, o, &no));
+  expect_status(tpu_device_synchronize(0), TPU_INVALID_ARGUMENT, "not in the valid range [0, 4)");
+  args[1] = A_T(vi);
+  CHECK_OK(run_op("_embedding_bag", args, 9, o, &no));
+  CHECK_OK(tpu_device_synchronize(0));
+  /* shape checks at prepare */
+  tpu_node_t* n;
+  args[4] = A_I(1); args[6] = A_T(vp);
+  CHECK_CODE(tpu_op_prepare(check_op_index("_embedding_bag"), TPU_VARIANT_FUNCTIONAL, args, 9, &n),
+             TPU_INVALID_ARGUMENT); /* per_sample_weights with mean */
+  args[4] = A_I(0); args[6] = A_N(); args[0] = A_T(vi);
+  CHECK_CODE(tpu_op_prepare(check_op_index("_embedding_bag"), TPU_VARIANT_FUNCTIONAL, args, 9, &n),
+             TPU_INVALID_ARGUMENT); /* 1-D weight */
   release_all();
 }
 
@@ -611,6 +708,7 @@ static void test_addmm_activation(void) {
 int main(void) {
   test_layer_norm();
   test_embedding();
+  test_embedding_bag();
   test_nll();
   test_sdpa();
   test_point_losses();

@@ -187,6 +187,9 @@ EXPECTED_FAILURES = {
     ('nn.functional.conv_transpose3d', 'float16', 'op'): ('value: out: max abs err 0.25, max rel err 1.63 (torch.float16, 648 elements)', (0, 1, 2, 3, 4, 5, 6, 7, 8, 9)),
     ('nn.functional.conv_transpose3d', 'float32', 'grad'): ('value: out[0]: max abs err 9.16e-05, max rel err 0.00012 (torch.float32, 500 elements)', (8, 9)),
     ('nn.functional.cross_entropy', 'float16', 'grad'): ('value: out[1]: max abs err 0.00115, max rel err 0.16 (torch.float16, 6 elements)', (19,)),
+    # CPU adds the f16 weight gradient row by row in the order of its unstable index sort;
+    # tpu adds in index order (same arithmetic): duplicates of one index may round apart
+    ('nn.functional.embedding_bag', 'float16', 'grad'): ('value: out[0]: max abs err 0.00781, max rel err 0.00253 (torch.float16, 50 elements)', (3, 4)),
     ('nn.functional.fractional_max_pool2d', 'float64', 'grad'): ('value: out[0]: max abs err 0.674, max rel err 1 (torch.float64, 243 elements)', (7, 10, 13, 16)),
     ('nn.functional.fractional_max_pool2d', 'float64', 'op'): ('value: out: max abs err 1.6, max rel err 0.215 (torch.float64, 18 elements)', (7, 10, 13, 16)),
     ('nn.functional.fractional_max_pool3d', 'float64', 'grad'): ('value: out[0]: max abs err 1.84, max rel err 1.84e+30 (torch.float64, 294 elements)', (26, 29, 38, 41)),
@@ -199,7 +202,6 @@ EXPECTED_FAILURES = {
     ('nn.functional.linear_cross_entropy.chunked_none', 'bfloat16', 'grad'): ('value: out[0]: max abs err 0.0273, max rel err 0.164 (torch.bfloat16, 24 elements)', (43, 57, 60, 64, 67, 71)),
     ('nn.functional.linear_cross_entropy.chunked_none', 'float16', 'grad'): ('value: out[1]: max abs err 0.00195, max rel err 0.0235 (torch.float16, 64 elements)', (4, 8, 11, 18, 22, 25, 32, 36, 39, 43, 46, 50, 57, 60, 64, 71, 81, 85, 88)),
     ('nn.functional.linear_cross_entropy.chunked_none', 'float16', 'op'): ('value: out: max abs err 0.00781, max rel err 0.00357 (torch.float16, 8 elements)', (43, 60, 71)),
-    ('nn.functional.max_pool2d', 'float16', 'grad'): ('value: out[0]: max abs err 0.00195, max rel err 0.00613 (torch.float16, 144 elements)', (870, 871, 874, 875, 1014, 1015, 1018, 1019)),
     ('nn.functional.mse_loss', 'float16', 'op'): ('value: out: max abs err 0.0312, max rel err 0.00129 (torch.float16, 5 elements)', (3,)),
     ('nn.functional.multi_head_attention_forward', 'float32', 'op'): ('value: out[0]: max abs err 0.049, max rel err 8.06e-05 (torch.float32, 24 elements)', (126, 140, 174, 188)),
     ('nn.functional.multi_head_attention_forward', 'float64', 'op'): ('value: out[0]: max abs err 275, max rel err 1.16 (torch.float64, 12 elements)', (129, 177)),

@@ -1,5 +1,5 @@
 /* ATen ops of the linalg family: matrix products, triangular solves, convolution, 2-d
- * pooling.
+ * and 3-d pooling.
  *
  * Validation follows PyTorch's CPU kernels check by check, in their order, so the same
  * call fails with the same exception class and (after the op-name prefix) the same text.
@@ -437,22 +437,46 @@ static tpu_status_t build_conv_bwd(tpu_build_t* b) {
 
 /* ---- pooling -------------------------------------------------------------------------- */
 
+/* ---- pooling ------------------------------------------------------------------------------
+ * 2-d and 3-d pools share one parser and one node layout (host/linalg.c): windows are kept
+ * as (D, H, W), and a 2-d pool is a 3-d pool of depth 1. Each builder names its variant
+ * with a pool_op_t: the op name used in argument messages, the function name CPU's shape
+ * checks use, and the number of spatial dims. */
+typedef struct pool_op_s {
+  const char* name; /* "max_pool3d": list-length messages */
+  const char* who;  /* "avg_pool3d()": 3-d shape-check messages */
+  int ns;           /* spatial dims: 2 or 3 */
+} pool_op_t;
+
+static const pool_op_t g_max2 = {"max_pool2d", "max_pool2d", 2};
+static const pool_op_t g_max2_bwd = {"max_pool2d_with_indices_backward", "max_pool2d_backward", 2};
+static const pool_op_t g_avg2 = {"avg_pool2d", "avg_pool2d", 2};
+static const pool_op_t g_max3 = {"max_pool3d", "max_pool3d_with_indices_out_cpu_template()", 3};
+static const pool_op_t g_max3_bwd = {"max_pool3d", "max_pool3d_with_indices_backward_out_cpu_template()", 3};
+static const pool_op_t g_avg3 = {"avg_pool3d", "avg_pool3d()", 3};
+static const pool_op_t g_avg3_bwd = {"avg_pool3d", "avg_pool3d_backward()", 3};
+static const pool_op_t g_aavg2 = {"adaptive_avg_pool2d", "adaptive_avg_pool2d_backward_out_cpu_template", 2};
+static const pool_op_t g_amax2 = {"adaptive_max_pool2d", "adaptive_max_pool2d_backward", 2};
+static const pool_op_t g_aavg3 = {"adaptive_avg_pool3d", "adaptive_avg_pool3d_backward_out_cpu_template", 3};
+static const pool_op_t g_amax3 = {"adaptive_max_pool3d", "adaptive_max_pool3d_backward", 3};
+
 typedef struct pool_args_s {
-  int64_t k[2], s[2], p[2], d[2];
+  int64_t k[3], s[3], p[3], d[3]; /* (D, H, W); depth (1, 1, 0, 1) for 2-d pools */
   bool ceil_mode;
   int64_t out[TPU_MAX_DIMS];
 } pool_args_t;
 
-/* A 1- or 2-element int list into two values; empty -> dflt (may be NULL: not allowed). */
-static tpu_status_t pair(tpu_build_t* b, int i, const int64_t* dflt, const char* msg, int64_t* dst) {
+/* A 1- or ns-element int list into the last ns entries of dst (the depth of a 2-d pool
+ * keeps what dst holds); None or empty -> dflt (NULL: not allowed). */
+static tpu_status_t spatial_list(tpu_build_t* b, int i, int ns, const int64_t* dflt, const char* msg,
+                                 int64_t* dst) {
   const int64_t* v;
   int len;
-  if (tpu__arg_is_none(b, i) && dflt) { dst[0] = dflt[0]; dst[1] = dflt[1]; return NULL; }
+  if (tpu__arg_is_none(b, i) && dflt) { memmove(dst, dflt, 3 * sizeof *dst); return NULL; }
   TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, i, &v, &len));
-  if (len == 0 && dflt) { dst[0] = dflt[0]; dst[1] = dflt[1]; return NULL; }
-  if (len != 1 && len != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "%s", msg);
-  dst[0] = v[0];
-  dst[1] = v[len == 2 ? 1 : 0];
+  if (len == 0 && dflt) { memmove(dst, dflt, 3 * sizeof *dst); return NULL; }
+  if (len != 1 && len != ns) return tpu__err(b, TPU_INVALID_ARGUMENT, "%s", msg);
+  for (int j = 0; j < ns; ++j) dst[3 - ns + j] = v[len == 1 ? 0 : j];
   return NULL;
 }
 
@@ -473,70 +497,101 @@ static tpu_status_t pool_out_size(tpu_build_t* b, int64_t in, int64_t k, int64_t
   return NULL;
 }
 
+/* "kH: 2 kW: 3" or "kT: 1 kH: 2 kW: 3": a (D, H, W) triple as CPU's messages print it. */
+static const char* fmt_khw(char* buf, size_t cap, int ns, const char* pre, const int64_t* v) {
+  if (ns == 3)
+    snprintf(buf, cap, "%sT: %lld %sH: %lld %sW: %lld", pre, (long long)v[0], pre, (long long)v[1], pre,
+             (long long)v[2]);
+  else
+    snprintf(buf, cap, "%sH: %lld %sW: %lld", pre, (long long)v[1], pre, (long long)v[2]);
+  return buf;
+}
+
 /* Arguments at ki (kernel), ki+1 (stride), ki+2 (padding), and for max pooling ki+3
- * (dilation) then ceil_mode; avg pooling has ceil_mode at ki+3. x is the input. */
-static tpu_status_t pool_parse(tpu_build_t* b, const char* name, const tpu_view_t* x, int ki,
-                               bool has_dil, pool_args_t* a) {
-  char msg[160];
-  snprintf(msg, sizeof msg, "%s: kernel_size must either be a single int, or a tuple of two ints", name);
-  TPU_RETURN_IF_ERROR(pair(b, ki, NULL, msg, a->k));
-  snprintf(msg, sizeof msg, "%s: stride must either be omitted, a single int, or a tuple of two ints", name);
-  TPU_RETURN_IF_ERROR(pair(b, ki + 1, a->k, msg, a->s));
-  snprintf(msg, sizeof msg, "%s: padding must either be a single int, or a tuple of two ints", name);
-  TPU_RETURN_IF_ERROR(pair(b, ki + 2, NULL, msg, a->p));
-  a->d[0] = a->d[1] = 1;
+ * (dilation) then ceil_mode; avg pooling has ceil_mode at ki+3. x is the input. Checks
+ * in CPU's order: output sizes, then pool{2,3}d_shape_check. */
+static tpu_status_t pool_parse(tpu_build_t* b, const pool_op_t* op, const tpu_view_t* x, int ki, bool has_dil,
+                               pool_args_t* a) {
+  int ns = op->ns;
+  const char* cnt = ns == 3 ? "three" : "two";
+  bool avg3 = ns == 3 && !has_dil; /* avg_pool3d words its list messages differently */
+  char msg[200];
+  for (int j = 0; j < 3; ++j) { a->k[j] = 1; a->s[j] = 1; a->p[j] = 0; a->d[j] = 1; }
+  snprintf(msg, sizeof msg, "%s: kernel_size must %sbe a single int, or a tuple of %s ints", op->name,
+           avg3 ? "" : "either ", cnt);
+  TPU_RETURN_IF_ERROR(spatial_list(b, ki, ns, NULL, msg, a->k));
+  snprintf(msg, sizeof msg, "%s: stride must %sbe omitted, a single int, or a tuple of %s ints", op->name,
+           avg3 ? "" : "either ", cnt);
+  TPU_RETURN_IF_ERROR(spatial_list(b, ki + 1, ns, a->k, msg, a->s));
+  snprintf(msg, sizeof msg, "%s: padding must %sbe a single int, or a tuple of %s ints", op->name,
+           avg3 ? "" : "either ", cnt);
+  TPU_RETURN_IF_ERROR(spatial_list(b, ki + 2, ns, NULL, msg, a->p));
   if (has_dil) {
-    snprintf(msg, sizeof msg, "%s: dilation must be either a single int, or a tuple of two ints", name);
-    TPU_RETURN_IF_ERROR(pair(b, ki + 3, NULL, msg, a->d));
+    snprintf(msg, sizeof msg, "%s: dilation must be either a single int, or a tuple of %s ints", op->name, cnt);
+    TPU_RETURN_IF_ERROR(spatial_list(b, ki + 3, ns, NULL, msg, a->d));
   }
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, ki + (has_dil ? 4 : 3), false, &a->ceil_mode));
   int nd = x->ndim;
-  if (nd != 3 && nd != 4) {
-    if (!has_dil && nd < 3)
+  if (nd != ns + 1 && nd != ns + 2) {
+    if (ns == 2 && !has_dil && nd < 3)
       return tpu__err(b, TPU_INDEX_ERROR, "Dimension out of range (expected to be in range of [%d, %d], but got -3)",
                       -(nd ? nd : 1), (nd ? nd : 1) - 1);
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "non-empty 3D or 4D (batch mode) tensor expected for input");
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "non-empty %dD or %dD (batch mode) tensor expected for input", ns + 1,
+                    ns + 2);
   }
-  int64_t H = x->sizes[nd - 2], W = x->sizes[nd - 1], C = x->sizes[nd - 3];
-  int64_t oh, ow;
-  TPU_RETURN_IF_ERROR(pool_out_size(b, H, a->k[0], a->p[0], a->s[0], a->d[0], a->ceil_mode, &oh));
-  TPU_RETURN_IF_ERROR(pool_out_size(b, W, a->k[1], a->p[1], a->s[1], a->d[1], a->ceil_mode, &ow));
-  if (a->k[0] <= 0 || a->k[1] <= 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "kernel size should be greater than zero, but got kH: %lld kW: %lld",
-                    (long long)a->k[0], (long long)a->k[1]);
-  if (a->s[0] <= 0 || a->s[1] <= 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "stride should be greater than zero, but got dH: %lld dW: %lld",
-                    (long long)a->s[0], (long long)a->s[1]);
-  if (a->d[0] <= 0 || a->d[1] <= 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT,
-                    "dilation should be greater than zero, but got dilationH: %lld dilationW: %lld",
-                    (long long)a->d[0], (long long)a->d[1]);
+  int64_t in[3] = {ns == 3 ? x->sizes[nd - 3] : 1, x->sizes[nd - 2], x->sizes[nd - 1]};
+  int64_t C = x->sizes[nd - ns - 1], o[3];
+  for (int j = 0; j < 3; ++j)
+    TPU_RETURN_IF_ERROR(pool_out_size(b, in[j], a->k[j], a->p[j], a->s[j], a->d[j], a->ceil_mode, &o[j]));
+  char s1[256], s2[256];
+  if (a->k[0] <= 0 || a->k[1] <= 0 || a->k[2] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "kernel size should be greater than zero, but got %s",
+                    fmt_khw(s1, sizeof s1, ns, "k", a->k));
+  if (a->s[0] <= 0 || a->s[1] <= 0 || a->s[2] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "stride should be greater than zero, but got %s",
+                    fmt_khw(s1, sizeof s1, ns, "d", a->s));
+  if (a->d[0] <= 0 || a->d[1] <= 0 || a->d[2] <= 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "dilation should be greater than zero, but got %s",
+                    fmt_khw(s1, sizeof s1, ns, "dilation", a->d));
   bool ok = true;
-  for (int d = nd - 3; d < nd; ++d) ok &= x->sizes[d] != 0;
-  char s1[256];
-  if (!ok)
+  for (int d = nd - ns - 1; d < nd; ++d) ok &= x->sizes[d] != 0;
+  if (!ok && ns == 2)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:%s",
                     fmt_sizes(s1, sizeof s1, nd, x->sizes));
-  if (oh < 1 || ow < 1)
+  if (!ok)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "%s: Expected input's non-batch dimensions to have positive length, but input has a shape of "
+                    "%s and non-batch dimension 0 has length zero!", op->who, fmt_sizes(s1, sizeof s1, nd, x->sizes));
+  if (avg3 && (in[0] < a->k[0] || in[1] < a->k[1] || in[2] < a->k[2]))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "input image (%s) smaller than kernel size (%s)",
+                    fmt_khw(s1, sizeof s1, 3, "", in), fmt_khw(s2, sizeof s2, 3, "k", a->k));
+  if (o[0] < 1 || o[1] < 1 || o[2] < 1) {
+    if (ns == 3)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Given input size: (%lldx%lldx%lldx%lld). Calculated output size: (%lldx%lldx%lldx%lld). "
+                      "Output size is too small", (long long)C, (long long)in[0], (long long)in[1],
+                      (long long)in[2], (long long)C, (long long)o[0], (long long)o[1], (long long)o[2]);
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Given input size: (%lldx%lldx%lld). Calculated output size: (%lldx%lldx%lld). Output size is too small",
-                    (long long)C, (long long)H, (long long)W, (long long)C, (long long)oh, (long long)ow);
-  for (int d = 0; d < nd - 2; ++d) a->out[d] = x->sizes[d];
-  a->out[nd - 2] = oh;
-  a->out[nd - 1] = ow;
+                    (long long)C, (long long)in[1], (long long)in[2], (long long)C, (long long)o[1], (long long)o[2]);
+  }
+  for (int d = 0; d < nd - ns; ++d) a->out[d] = x->sizes[d];
+  for (int j = 0; j < ns; ++j) a->out[nd - ns + j] = o[3 - ns + j];
   return NULL;
 }
 
-static void pool_attrs(tpu_node_t* n, const pool_args_t* a) {
-  n->ia[0] = a->k[0]; n->ia[1] = a->k[1]; n->ia[2] = a->s[0]; n->ia[3] = a->s[1];
-  n->ia[4] = a->p[0]; n->ia[5] = a->p[1]; n->ia[6] = a->d[0]; n->ia[7] = a->d[1];
+static void pool_attrs(tpu_node_t* n, const pool_args_t* a, int ns) {
+  for (int j = 0; j < 3; ++j) {
+    n->ia[j] = a->k[j]; n->ia[3 + j] = a->s[j]; n->ia[6 + j] = a->p[j]; n->ia[9 + j] = a->d[j];
+  }
+  n->ia[14] = ns;
 }
 
 /* grad_output must have the forward's output shape; message as PyTorch's
- * check_dim_size. */
-static tpu_status_t check_grad_shape(tpu_build_t* b, const tpu_view_t* go, int nd, const int64_t* out) {
-  for (int d = (nd == 4 ? 1 : 0); d < nd; ++d) {
+ * check_dim_size. Batched inputs (ns + 2 dims) check the batch dim last. */
+static tpu_status_t check_grad_shape(tpu_build_t* b, const tpu_view_t* go, int nd, int ns, const int64_t* out) {
+  for (int d = (nd == ns + 2 ? 1 : 0); d < nd; ++d) {
     if (go->ndim != nd || go->sizes[d] != out[d])
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "Expected a tensor of dimension %d and tensor.size[%d] == %lld but got: dimension %d and "
@@ -550,15 +605,17 @@ static tpu_status_t check_grad_shape(tpu_build_t* b, const tpu_view_t* go, int n
   return NULL;
 }
 
+/* max_pool{2,3}d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode) */
 static tpu_status_t build_maxpool(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
   const tpu_view_t* x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   pool_args_t a;
-  TPU_RETURN_IF_ERROR(pool_parse(b, "max_pool2d", x, 1, true, &a));
-  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "max_pool2d", x->dtype);
+  TPU_RETURN_IF_ERROR(pool_parse(b, op, x, 1, true, &a));
+  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, op->name, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
-  pool_attrs(n, &a);
+  pool_attrs(n, &a, op->ns);
   n->kind = TPU_KIND_MAXPOOL2D;
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, x->ndim, a.out);
@@ -572,34 +629,37 @@ static tpu_status_t indices_check(tpu_build_t* b, const tpu_view_t* ind) {
   return NULL;
 }
 
+/* max_pool{2,3}d_with_indices_backward(grad_output, self, kernel_size, stride, padding,
+ * dilation, ceil_mode, indices) */
 static tpu_status_t build_maxpool_bwd(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
   const tpu_view_t *go, *x, *ind;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 7, &ind));
   pool_args_t a;
-  /* The schema has ceil_mode at 6 and indices at 7: dilation is at 5. */
-  TPU_RETURN_IF_ERROR(pool_parse(b, "max_pool2d_with_indices_backward", x, 2, true, &a));
+  TPU_RETURN_IF_ERROR(pool_parse(b, op, x, 2, true, &a));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
                     tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   TPU_RETURN_IF_ERROR(indices_check(b, ind));
-  TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, a.out));
-  TPU_RETURN_IF_ERROR(check_grad_shape(b, ind, x->ndim, a.out));
-  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "max_pool2d_backward", x->dtype);
+  TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, op->ns, a.out));
+  TPU_RETURN_IF_ERROR(check_grad_shape(b, ind, x->ndim, op->ns, a.out));
+  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, op->who, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ind));
-  pool_attrs(n, &a);
+  pool_attrs(n, &a, op->ns);
   n->kind = TPU_KIND_MAXPOOL2D_BWD;
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
   return NULL;
 }
 
-static tpu_status_t avg_common(tpu_build_t* b, const tpu_view_t* x, int ki, pool_args_t* a, tpu_node_t* n) {
-  TPU_RETURN_IF_ERROR(pool_parse(b, "avg_pool2d", x, ki, false, a));
+static tpu_status_t avg_common(tpu_build_t* b, const pool_op_t* op, const tpu_view_t* x, int ki, pool_args_t* a,
+                               tpu_node_t* n) {
+  TPU_RETURN_IF_ERROR(pool_parse(b, op, x, ki, false, a));
   bool cip;
   int64_t div;
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, ki + 4, true, &cip));
@@ -607,20 +667,23 @@ static tpu_status_t avg_common(tpu_build_t* b, const tpu_view_t* x, int ki, pool
   if (!tpu__arg_is_none(b, ki + 5) && div == 0)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "divisor must be not zero");
   if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_I64)
-    return not_implemented(b, "avg_pool2d", x->dtype);
-  pool_attrs(n, a);
-  n->ia[8] = cip;
-  n->ia[9] = div;
+    return not_implemented(b, op->ns == 3 ? "avg_pool3d_out_frame" : "avg_pool2d", x->dtype);
+  pool_attrs(n, a, op->ns);
+  n->ia[12] = cip;
+  n->ia[13] = div;
   n->compute = tpu__compute_dtype(x->dtype);
   return NULL;
 }
 
+/* avg_pool{2,3}d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+ * divisor_override) */
 static tpu_status_t build_avgpool(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
   const tpu_view_t* x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   pool_args_t a;
   tpu_node_t* n = b->node;
-  TPU_RETURN_IF_ERROR(avg_common(b, x, 1, &a, n));
+  TPU_RETURN_IF_ERROR(avg_common(b, op, x, 1, &a, n));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_AVGPOOL2D;
   tpu__node_add_output(n, x->dtype, x->ndim, a.out);
@@ -628,16 +691,20 @@ static tpu_status_t build_avgpool(tpu_build_t* b) {
 }
 
 static tpu_status_t build_avgpool_bwd(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
   const tpu_view_t *go, *x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
   pool_args_t a;
   tpu_node_t* n = b->node;
-  TPU_RETURN_IF_ERROR(avg_common(b, x, 2, &a, n));
+  TPU_RETURN_IF_ERROR(avg_common(b, op, x, 2, &a, n));
+  if (go->dtype != x->dtype && op->ns == 3)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(x->dtype),
+                    st_name(go->dtype));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
                     tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
-  TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, a.out));
+  TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, op->ns, a.out));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_AVGPOOL2D_BWD;
@@ -645,56 +712,68 @@ static tpu_status_t build_avgpool_bwd(tpu_build_t* b) {
   return NULL;
 }
 
-/* _adaptive_avg_pool2d / adaptive_max_pool2d forward checks. */
-static tpu_status_t adaptive_parse(tpu_build_t* b, const char* name, bool is_max, const tpu_view_t* x, int64_t* out) {
+/* _adaptive_avg_pool{2,3}d / adaptive_max_pool{2,3}d forward checks; out = output shape. */
+static tpu_status_t adaptive_parse(tpu_build_t* b, const pool_op_t* op, bool is_max, const tpu_view_t* x,
+                                   int64_t* out) {
+  const char* name = op->name;
+  int ns = op->ns;
   const int64_t* os;
   int len;
   TPU_RETURN_IF_ERROR(tpu__arg_intlist(b, 1, &os, &len));
-  if (len != 2)
-    return is_max ? tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): internal error: output_size.size() must be 2", name)
-                  : tpu__err(b, TPU_INVALID_ARGUMENT, "%s: output_size must be 2", name);
+  if (len != ns)
+    return is_max ? tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): internal error: output_size.size() must be %d", name, ns)
+                  : tpu__err(b, TPU_INVALID_ARGUMENT, "%s: output_size must be %d", name, ns);
   char s1[256];
   int nd = x->ndim;
-  if (nd != 3 && nd != 4)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected 3D or 4D tensor, but got%s %s", name,
+  if (nd != ns + 1 && nd != ns + 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected %dD or %dD tensor, but got%s %s", name, ns + 1, ns + 2,
                     is_max ? ":" : "", fmt_sizes(s1, sizeof s1, nd, x->sizes));
   for (int d = 1; d < nd; ++d)
     if (x->sizes[d] == 0)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
                       "sizes %s with dimension %d being empty", name, fmt_sizes(s1, sizeof s1, nd, x->sizes), d);
-  if (os[0] < 0 || os[1] < 0)
-    return tpu__err(b, TPU_INVALID_ARGUMENT,
-                    "%s: elements of output_size must be greater than or equal to 0 but received {%lld, %lld}",
-                    name, (long long)os[0], (long long)os[1]);
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, name, x->dtype);
-  for (int d = 0; d < nd - 2; ++d) out[d] = x->sizes[d];
-  out[nd - 2] = os[0];
-  out[nd - 1] = os[1];
+  for (int j = 0; j < ns; ++j)
+    if (os[j] < 0) {
+      fmt_sizes(s1, sizeof s1, ns, os);
+      s1[0] = '{';
+      s1[strlen(s1) - 1] = '}';
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "%s: elements of output_size must be greater than or equal to 0 but received %s", name, s1);
+    }
+  if (!tpu_dtype_is_floating(x->dtype))
+    return not_implemented(b, ns == 3 ? (is_max ? "adaptive_max_pool3d_cpu" : "adaptive_avg_pool3d_cpu") : name,
+                           x->dtype);
+  for (int d = 0; d < nd - ns; ++d) out[d] = x->sizes[d];
+  for (int j = 0; j < ns; ++j) out[nd - ns + j] = os[j];
   return NULL;
 }
 
 static tpu_status_t build_adaptive_avg(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
   const tpu_view_t* x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   int64_t out[TPU_MAX_DIMS];
-  TPU_RETURN_IF_ERROR(adaptive_parse(b, "adaptive_avg_pool2d", false, x, out));
+  TPU_RETURN_IF_ERROR(adaptive_parse(b, op, false, x, out));
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_ADAPTIVE_AVGPOOL2D;
+  n->ia[14] = op->ns;
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, x->ndim, out);
   return NULL;
 }
 
 static tpu_status_t build_adaptive_max(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
   const tpu_view_t* x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   int64_t out[TPU_MAX_DIMS];
-  TPU_RETURN_IF_ERROR(adaptive_parse(b, "adaptive_max_pool2d", true, x, out));
+  TPU_RETURN_IF_ERROR(adaptive_parse(b, op, true, x, out));
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_ADAPTIVE_MAXPOOL2D;
+  n->ia[14] = op->ns;
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, x->ndim, out);
   tpu__node_add_output(n, TPU_DTYPE_I64, x->ndim, out);
@@ -702,54 +781,72 @@ static tpu_status_t build_adaptive_max(tpu_build_t* b) {
 }
 
 static tpu_status_t build_adaptive_avg_bwd(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
+  int ns = op->ns;
   const tpu_view_t *go, *x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
-  const char* who = "adaptive_avg_pool2d_backward_out_cpu_template";
+  const char* who = op->who;
   if (go->ndim != x->ndim)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dimensions %d for `grad_output` but got dimensions %d",
-                    who, x->ndim, go->ndim);
-  if (x->ndim != 3 && x->ndim != 4)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected 3D or 4D tensor for `grad_output`", who);
-  for (int d = 0; d < x->ndim - 2; ++d)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dimensions %d for `%s` but got dimensions %d", who,
+                    x->ndim, ns == 3 ? "gradOutput_" : "grad_output", go->ndim);
+  if (x->ndim != ns + 1 && x->ndim != ns + 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected %dD or %dD tensor for `grad_output`", who, ns + 1, ns + 2);
+  for (int d = 0; d < x->ndim - ns; ++d)
     if (go->sizes[d] != x->sizes[d])
       return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: grad_output and input sizes differ at dimension %d", who, d);
+  if (go->dtype != x->dtype && ns == 3)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(x->dtype),
+                    st_name(go->dtype));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dtype %s for `grad_output` but got dtype %s", who,
                     tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, "adaptive_avg_pool2d_backward_cpu", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype))
+    return not_implemented(b, ns == 3 ? "adaptive_avg_pool3d_backward_cpu" : "adaptive_avg_pool2d_backward_cpu",
+                           x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   n->kind = TPU_KIND_ADAPTIVE_AVGPOOL2D_BWD;
+  n->ia[14] = ns;
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
   return NULL;
 }
 
 static tpu_status_t build_adaptive_max_bwd(tpu_build_t* b) {
+  const pool_op_t* op = b->data;
+  int ns = op->ns;
   const tpu_view_t *go, *x, *ind;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &go));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &x));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &ind));
-  if (x->ndim != 3 && x->ndim != 4)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "adaptive_max_pool2d_backward(): Expected 3D or 4D grad_output");
+  if (x->ndim != ns + 1 && x->ndim != ns + 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected %dD or %dD grad_output", op->who, ns + 1, ns + 2);
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
                     tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   TPU_RETURN_IF_ERROR(indices_check(b, ind));
-  bool same = go->ndim == x->ndim && ind->ndim == x->ndim;
-  for (int d = 0; same && d < x->ndim; ++d) same = go->sizes[d] == ind->sizes[d] && (d >= x->ndim - 2 || go->sizes[d] == x->sizes[d]);
   char s1[256], s2[256];
+  if (ns == 3 && ind->ndim != x->ndim)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dimensions %d for `indices` but got dimensions %d", x->ndim,
+                    ind->ndim);
+  bool same = go->ndim == x->ndim && ind->ndim == x->ndim;
+  for (int d = 0; same && d < x->ndim; ++d)
+    same = go->sizes[d] == ind->sizes[d] && (d >= x->ndim - ns || go->sizes[d] == x->sizes[d]);
+  if (!same && ns == 3)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected sizes %s for `gradOutput` but got sizes %s",
+                    fmt_sizes(s1, sizeof s1, ind->ndim, ind->sizes), fmt_sizes(s2, sizeof s2, go->ndim, go->sizes));
   if (!same)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected sizes of grad_output %s and indices %s to match",
                     fmt_sizes(s1, sizeof s1, go->ndim, go->sizes), fmt_sizes(s2, sizeof s2, ind->ndim, ind->sizes));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, "adaptive_max_pool2d_backward", x->dtype);
+  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, op->who, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, ind));
   n->kind = TPU_KIND_MAXPOOL2D_BWD;
+  n->ia[14] = ns;
   n->compute = tpu__compute_dtype(x->dtype);
   tpu__node_add_output(n, x->dtype, x->ndim, x->sizes);
   return NULL;
@@ -889,17 +986,32 @@ const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"vdot", build_gemm, &g_dot}, {"vdot.out", build_gemm, &g_dot},
     {"convolution_overrideable", build_conv, NULL},
     {"convolution_backward_overrideable", build_conv_bwd, NULL},
-    {"max_pool2d_with_indices", build_maxpool, NULL},
-    {"max_pool2d_with_indices.out", build_maxpool, NULL},
-    {"max_pool2d_with_indices_backward", build_maxpool_bwd, NULL},
-    {"max_pool2d_with_indices_backward.grad_input", build_maxpool_bwd, NULL},
-    {"avg_pool2d", build_avgpool, NULL}, {"avg_pool2d.out", build_avgpool, NULL},
-    {"avg_pool2d_backward", build_avgpool_bwd, NULL},
-    {"avg_pool2d_backward.grad_input", build_avgpool_bwd, NULL},
-    {"_adaptive_avg_pool2d", build_adaptive_avg, NULL},
-    {"_adaptive_avg_pool2d_backward", build_adaptive_avg_bwd, NULL},
-    {"adaptive_max_pool2d", build_adaptive_max, NULL}, {"adaptive_max_pool2d.out", build_adaptive_max, NULL},
-    {"adaptive_max_pool2d_backward", build_adaptive_max_bwd, NULL},
-    {"adaptive_max_pool2d_backward.grad_input", build_adaptive_max_bwd, NULL},
+    {"max_pool2d_with_indices", build_maxpool, &g_max2},
+    {"max_pool2d_with_indices.out", build_maxpool, &g_max2},
+    {"max_pool2d_with_indices_backward", build_maxpool_bwd, &g_max2_bwd},
+    {"max_pool2d_with_indices_backward.grad_input", build_maxpool_bwd, &g_max2_bwd},
+    {"avg_pool2d", build_avgpool, &g_avg2}, {"avg_pool2d.out", build_avgpool, &g_avg2},
+    {"avg_pool2d_backward", build_avgpool_bwd, &g_avg2},
+    {"avg_pool2d_backward.grad_input", build_avgpool_bwd, &g_avg2},
+    {"_adaptive_avg_pool2d", build_adaptive_avg, &g_aavg2},
+    {"_adaptive_avg_pool2d_backward", build_adaptive_avg_bwd, &g_aavg2},
+    {"adaptive_max_pool2d", build_adaptive_max, &g_amax2}, {"adaptive_max_pool2d.out", build_adaptive_max, &g_amax2},
+    {"adaptive_max_pool2d_backward", build_adaptive_max_bwd, &g_amax2},
+    {"adaptive_max_pool2d_backward.grad_input", build_adaptive_max_bwd, &g_amax2},
+    {"max_pool3d_with_indices", build_maxpool, &g_max3},
+    {"max_pool3d_with_indices.out", build_maxpool, &g_max3},
+    {"max_pool3d_with_indices_backward", build_maxpool_bwd, &g_max3_bwd},
+    {"max_pool3d_with_indices_backward.grad_input", build_maxpool_bwd, &g_max3_bwd},
+    {"avg_pool3d", build_avgpool, &g_avg3}, {"avg_pool3d.out", build_avgpool, &g_avg3},
+    {"avg_pool3d_backward", build_avgpool_bwd, &g_avg3_bwd},
+    {"avg_pool3d_backward.grad_input", build_avgpool_bwd, &g_avg3_bwd},
+    {"_adaptive_avg_pool3d", build_adaptive_avg, &g_aavg3}, {"_adaptive_avg_pool3d.out", build_adaptive_avg, &g_aavg3},
+    {"adaptive_avg_pool3d.out", build_adaptive_avg, &g_aavg3},
+    {"_adaptive_avg_pool3d_backward", build_adaptive_avg_bwd, &g_aavg3},
+    {"_adaptive_avg_pool3d_backward.out", build_adaptive_avg_bwd, &g_aavg3},
+    {"adaptive_avg_pool3d_backward.grad_input", build_adaptive_avg_bwd, &g_aavg3},
+    {"adaptive_max_pool3d", build_adaptive_max, &g_amax3}, {"adaptive_max_pool3d.out", build_adaptive_max, &g_amax3},
+    {"adaptive_max_pool3d_backward", build_adaptive_max_bwd, &g_amax3},
+    {"adaptive_max_pool3d_backward.grad_input", build_adaptive_max_bwd, &g_amax3},
     {NULL, NULL, NULL},
 };

@@ -1,7 +1,8 @@
-/* ATen ops of the nn family: layer norm, embedding, nll loss, fused attention, the
- * pointwise losses, reflection/replication padding and im2col/col2im. Builders check
- * arguments the way ATen's CPU kernels do, so the same Python exception (and nearly the
- * same text) comes back. Node layouts of the padding and window kinds are in host/nn.c. */
+/* ATen ops of the nn family: layer norm, embedding, embedding_bag, nll loss, fused
+ * attention, the pointwise losses, reflection/replication padding and im2col/col2im.
+ * Builders check arguments the way ATen's CPU kernels do, so the same Python exception
+ * (and nearly the same text) comes back. Node layouts of the padding, window and
+ * embedding_bag kinds are in host/nn.c. */
 #include <math.h>
 #include <stdio.h>
 
@@ -194,6 +195,221 @@ static tpu_status_t build_embedding_backward(tpu_build_t* b) {
   n->ia[2] = scale;
   int64_t shape[2] = {nw, d};
   tpu__node_add_output(n, g->dtype, 2, shape);
+  return NULL;
+}
+
+/* ---- embedding_bag ------------------------------------------------------------------ */
+
+static const char* torch_type(tpu_dtype_t d) { return tpu__dtype_c10_name(d); }
+
+static tpu_status_t check_types_for_bag(tpu_build_t* b, const tpu_view_t* t, const char* what, bool floating) {
+  bool ok = floating ? tpu_dtype_is_floating(t->dtype) : (t->dtype == TPU_DTYPE_I64 || t->dtype == TPU_DTYPE_I32);
+  if (ok) return NULL;
+  return tpu__err(b, TPU_INVALID_ARGUMENT,
+                  "Expected tensor for argument #1 '%s' to have one of the following scalar types: %s; but got "
+                  "torch.%sTensor instead (while checking arguments for embedding_bag)", what,
+                  floating ? "Half, BFloat16, Float, Double" : "Long, Int", torch_type(t->dtype));
+}
+
+/* _embedding_bag / _embedding_bag_forward_only(weight, indices, offsets,
+ * scale_grad_by_freq, mode, sparse, per_sample_weights, include_last_offset, padding_idx)
+ * -> (output, offset2bag, bag_size, max_indices). Shape checks here in CPU's order; the
+ * checks that read offsets and indices (offsets[0] == 0, offsets[-1] <= len, offsets
+ * non-decreasing, indices in range) are the kernel's, reported at the next sync. The
+ * auxiliary outputs have CPU's shapes and contents (host/nn.c), so either device's
+ * backward can consume them. 2-D indices (which F.embedding_bag flattens before calling)
+ * go to the CPU fallback. */
+static const int bag_forward_only = 1;
+static tpu_status_t build_embedding_bag(tpu_build_t* b) {
+  bool fwd_only = b->data != NULL;
+  const tpu_view_t *w, *idx, *off, *psw;
+  bool scale, sparse, ilo;
+  int64_t mode, pad;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &idx));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &off));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &scale));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 4, 0, &mode));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, false, &sparse));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, 6, &psw));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 7, false, &ilo));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 8, -1, &pad));
+  (void)scale; (void)sparse; /* backward only */
+  if (idx->ndim != 1 && idx->ndim != 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "input has to be a 1D or 2D Tensor, but got Tensor of dimension %d",
+                    idx->ndim);
+  if (idx->ndim == 2)
+    return tpu__err(b, TPU_UNIMPLEMENTED, "2-D indices (F.embedding_bag flattens them) run on the CPU fallback");
+  if (off->ndim != 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "offsets has to be a 1D Tensor, but got Tensor of dimension %d",
+                    off->ndim);
+  if (w->ndim != 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "weight has to be a 2D Tensor, but got Tensor of dimension %d", w->ndim);
+  TPU_RETURN_IF_ERROR(check_types_for_bag(b, idx, "indices", false));
+  TPU_RETURN_IF_ERROR(check_types_for_bag(b, off, "offsets", false));
+  TPU_RETURN_IF_ERROR(check_types_for_bag(b, w, "weight", true));
+  if (mode < 0 || mode > 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "`mode` must be sum, mean, or max.");
+  int64_t len = idx->sizes[0], nof = off->sizes[0], D = w->sizes[1];
+  if (ilo && nof < 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "include_last_offset: number of offset should be at least 1");
+  if (psw) {
+    if (psw->dtype != w->dtype)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "Expected tensor for argument #1 'weight' to have the same type as tensor for argument #1 "
+                      "'per_sample_weights'; but type torch.%sTensor does not equal torch.%sTensor (while checking "
+                      "arguments for embedding_bag)", torch_type(w->dtype), torch_type(psw->dtype));
+    if (mode != 0)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag: per_sample_weights only supported with mode='sum'");
+    if (psw->ndim != 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected per_sample_weights.value().dim() == 1 to be true, but got "
+                      "false. (per_sample_weights has %d dims)", psw->ndim);
+    if (tpu_view_numel(psw) != len)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected per_sample_weights.value().numel() == indices.numel() to be "
+                      "true, but got false. (%lld per_sample_weights for %lld indices)",
+                      (long long)tpu_view_numel(psw), (long long)len);
+  }
+  int64_t B = ilo ? nof - 1 : nof;
+  /* CPU skips offset2bag on its fast sum path (contiguous rows of a float type, no
+   * padding_idx); its backwards rebuild it from offsets. */
+  bool fast_sum = mode == 0 && pad < 0 && w->strides[1] == 1 &&
+                  (w->dtype == TPU_DTYPE_F32 || w->dtype == TPU_DTYPE_F16 || w->dtype == TPU_DTYPE_BF16) &&
+                  (!psw || psw->strides[0] == 1 || psw->sizes[0] <= 1);
+  tpu_dtype_t aux = idx->dtype == TPU_DTYPE_I32 && off->dtype == TPU_DTYPE_I32 ? TPU_DTYPE_I32 : TPU_DTYPE_I64;
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, off));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, psw));
+  n->kind = TPU_KIND_EMBEDDING_BAG;
+  n->compute = tpu__compute_dtype(w->dtype);
+  n->ia[0] = mode;
+  n->ia[1] = pad;
+  n->ia[2] = ilo;
+  int64_t shape[2] = {B, D}, o2b = fast_sum ? 0 : len;
+  /* _embedding_bag_forward_only's sum mode sizes bag_size / max_indices by the offsets */
+  int64_t nbs = fwd_only && mode == 0 && ilo ? nof : B;
+  tpu__node_add_output(n, w->dtype, 2, shape);
+  tpu__node_add_output(n, aux, 1, &o2b);
+  tpu__node_add_output(n, aux, 1, &nbs);
+  if (mode == 2) tpu__node_add_output(n, aux, 2, shape);
+  else tpu__node_add_output(n, aux, 1, &nbs);
+  return NULL;
+}
+
+static tpu_status_t check_bag_index_args(tpu_build_t* b, const tpu_view_t* g, const tpu_view_t* idx,
+                                         const tpu_view_t* o2b) {
+  if (g->ndim != 2)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: expected grad to be 2-D, but got %d-D", g->ndim);
+  if (idx->ndim != 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: expected indices to be 1-D, but got %d-D",
+                    idx->ndim);
+  TPU_RETURN_IF_ERROR(check_types_for_bag(b, idx, "indices", false));
+  TPU_RETURN_IF_ERROR(check_types_for_bag(b, o2b, "offset2bag", false));
+  if (tpu_view_numel(o2b) != 0 && tpu_view_numel(o2b) != idx->sizes[0])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: offset2bag has %lld elements for %lld indices",
+                    (long long)tpu_view_numel(o2b), (long long)idx->sizes[0]);
+  return NULL;
+}
+
+/* _embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+ * num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights, padding_idx) and
+ * _embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+ * num_weights, scale_grad_by_freq, mode, per_sample_weights, padding_idx): the dense
+ * weight gradient. A sparse gradient runs on the CPU fallback. */
+static const int bag_dense = 1;
+static tpu_status_t build_embedding_bag_backward(tpu_build_t* b) {
+  bool dense = b->data != NULL;
+  int k = dense ? -1 : 0; /* argument shift: the dense form has no offsets and no sparse */
+  const tpu_view_t *g, *idx, *off = NULL, *o2b, *bs, *mi, *psw;
+  int64_t nw, mode, pad;
+  bool scale, sparse = false;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &g));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &idx));
+  if (!dense) TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &off));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3 + k, &o2b));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 4 + k, &bs));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 5 + k, &mi));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 6 + k, &nw));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 7 + k, &scale));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 8 + k, &mode));
+  if (!dense) TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 9, &sparse));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor_opt(b, dense ? 8 : 10, &psw));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, dense ? 9 : 11, -1, &pad));
+  if (sparse) return tpu__err(b, TPU_UNIMPLEMENTED, "sparse embedding_bag gradients run on the CPU fallback");
+  TPU_RETURN_IF_ERROR(check_bag_index_args(b, g, idx, o2b));
+  if (mode < 0 || mode > 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "Unknown mode for embedding_bag_backward with "
+                                            "dense gradients: %lld", (long long)mode);
+  if (!tpu_dtype_is_floating(g->dtype)) return tpu__err_not_implemented_for(b, "embedding_bag_backward", g->dtype);
+  if (nw < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "num_weights must be non-negative, got %lld", (long long)nw);
+  int64_t len = idx->sizes[0], B = g->sizes[0], D = g->sizes[1];
+  if (tpu_view_numel(o2b) == 0 && len != 0 && !off)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: offset2bag is empty and no offsets were given");
+  if (off && off->ndim != 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "offsets has to be a 1D Tensor, but got Tensor of dimension %d",
+                    off->ndim);
+  if (mode != 0 && tpu_view_numel(bs) < B)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: bag_size has %lld elements for %lld bags",
+                    (long long)tpu_view_numel(bs), (long long)B);
+  if (mode == 2 && (mi->ndim != 2 || mi->sizes[0] != B || mi->sizes[1] != D))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: max_indices must have grad's shape [%lld, %lld]",
+                    (long long)B, (long long)D);
+  if (psw && tpu_view_numel(psw) != len)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: per_sample_weights has %lld elements for %lld "
+                    "indices", (long long)tpu_view_numel(psw), (long long)len);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, o2b));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, bs));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, mi));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, psw));
+  TPU_RETURN_IF_ERROR(tpu__node_add_opt(b, off));
+  n->kind = TPU_KIND_EMBEDDING_BAG_BACKWARD;
+  n->compute = tpu__compute_dtype(g->dtype);
+  n->ia[0] = nw;
+  n->ia[1] = scale;
+  n->ia[2] = mode;
+  n->ia[3] = pad;
+  int64_t shape[2] = {nw, D};
+  tpu__node_add_output(n, g->dtype, 2, shape);
+  return NULL;
+}
+
+/* _embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag,
+ * mode, padding_idx): per index, grad's bag row dotted with the weight row. */
+static tpu_status_t build_embedding_bag_psw_backward(tpu_build_t* b) {
+  const tpu_view_t *g, *w, *idx, *off, *o2b;
+  int64_t mode, pad;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &g));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &w));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &idx));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 3, &off));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 4, &o2b));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 5, &mode));
+  TPU_RETURN_IF_ERROR(tpu__arg_int_opt(b, 6, -1, &pad));
+  if (mode != 0)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
+  TPU_RETURN_IF_ERROR(check_bag_index_args(b, g, idx, o2b));
+  if (w->ndim != 2 || w->sizes[1] != g->sizes[1])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "embedding_bag_backward: weight must be 2-D with grad's %lld columns",
+                    (long long)g->sizes[1]);
+  if (off->ndim != 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "offsets has to be a 1D Tensor, but got Tensor of dimension %d",
+                    off->ndim);
+  if (!tpu_dtype_is_floating(g->dtype) || !tpu_dtype_is_floating(w->dtype))
+    return tpu__err_not_implemented_for(b, "embedding_bag_per_sample_weights_backward", g->dtype);
+  tpu_node_t* n = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, w));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, idx));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, off));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, o2b));
+  n->kind = TPU_KIND_EMBEDDING_BAG_PSW_BACKWARD;
+  n->compute = tpu__compute_dtype(g->dtype);
+  n->ia[0] = pad;
+  int64_t len = idx->sizes[0];
+  tpu__node_add_output(n, g->dtype, 1, &len);
   return NULL;
 }
 
@@ -943,6 +1159,15 @@ const tpu_aten_entry_t tpu__aten_nn[] = {
     {"embedding.out", build_embedding, NULL},
     {"embedding_dense_backward", build_embedding_backward, NULL},
     {"embedding_dense_backward.out", build_embedding_backward, NULL},
+    {"_embedding_bag", build_embedding_bag, NULL},
+    {"_embedding_bag.out", build_embedding_bag, NULL},
+    {"_embedding_bag_forward_only", build_embedding_bag, &bag_forward_only},
+    {"_embedding_bag_forward_only.out", build_embedding_bag, &bag_forward_only},
+    {"_embedding_bag_backward", build_embedding_bag_backward, NULL},
+    {"_embedding_bag_dense_backward", build_embedding_bag_backward, &bag_dense},
+    {"_embedding_bag_dense_backward.out", build_embedding_bag_backward, &bag_dense},
+    {"_embedding_bag_per_sample_weights_backward", build_embedding_bag_psw_backward, NULL},
+    {"_embedding_bag_per_sample_weights_backward.out", build_embedding_bag_psw_backward, NULL},
     {"nll_loss_forward", build_nll, &k_nll1d},
     {"nll_loss_forward.output", build_nll, &k_nll1d},
     {"nll_loss_backward", build_nll_backward, &k_nll1d},

@@ -1,6 +1,6 @@
 /* Host kernels of the linalg family: GEMM and triangular solves through OpenBLAS (bf16
  * GEMM through host/gemm_avx512bf16.c where the CPU has AVX512-BF16),
- * convolution as im2col + GEMM over blocks of images, and 2-d pooling.
+ * convolution as im2col + GEMM over blocks of images, and 2-d / 3-d pooling.
  *
  * Node layouts (set by aten/linalg.c):
  *  GEMM      in[0] A viewed [batch, M, K], in[1] B viewed [batch, K, N], in[2] C (the
@@ -14,9 +14,12 @@
  *  CONV      in[0] input [N, C, *S], in[1] weight, in[2] bias or absent. ia[0] = spatial
  *            dims, ia[1] = groups, ia[2] = transposed; ilist = stride, padding, dilation.
  *  CONV_BWD  in[0] grad_output, in[1] input, in[2] weight; ia as CONV, ia[3..5] = mask.
- *  pools     in[0] input (forward) or grad_output, in[1] input, in[2] indices (backward);
- *            ia[0..7] = kH kW sH sW pH pW dH dW, ia[8] = count_include_pad,
- *            ia[9] = divisor_override (0: none). Output sizes come from the operands.
+ *  pools     (2-d and 3-d, fixed and adaptive windows) in[0] input (forward) or
+ *            grad_output, in[1] input, in[2] indices (max backward); ia[0..2] = kernel,
+ *            ia[3..5] = stride, ia[6..8] = padding, ia[9..11] = dilation, each (D, H, W)
+ *            with depth (1, 1, 0, 1) for 2-d pools; ia[12] = count_include_pad,
+ *            ia[13] = divisor_override (0: none), ia[14] = spatial dims (2 or 3).
+ *            Output sizes come from the operands.
  *
  * Floating inputs compute in f32 (f32/bf16/f16) or f64, integers in wrapping int64. */
 #include <cblas.h>
@@ -838,14 +841,17 @@ done:
 
 /* ---- pooling ----------------------------------------------------------------------------- */
 
-/* Planes = every dim before the last two. */
-typedef struct plane_s { int64_t P, H, W, OH, OW; } plane_t;
+/* Pooling geometry: planes are every dim before the last ns (ia[14]: 2 or 3) spatial
+ * dims; a 2-d pool is a 3-d pool of depth 1 (its depth window is k 1, s 1, p 0, d 1). */
+typedef struct plane_s { int64_t P, D, H, W, OD, OH, OW; } plane_t;
 
-static plane_t planes(const tpu_operand_t* in, const tpu_operand_t* out) {
+static plane_t planes(const tpu_node_t* n, const tpu_operand_t* in, const tpu_operand_t* out) {
   plane_t p;
-  int nd = in->ndim;
+  int nd = in->ndim, ns = (int)n->ia[14];
   p.P = 1;
-  for (int d = 0; d < nd - 2; ++d) p.P *= in->sizes[d];
+  for (int d = 0; d < nd - ns; ++d) p.P *= in->sizes[d];
+  p.D = ns == 3 ? in->sizes[nd - 3] : 1;
+  p.OD = ns == 3 ? out->sizes[nd - 3] : 1;
   p.H = in->sizes[nd - 2]; p.W = in->sizes[nd - 1];
   p.OH = out->sizes[nd - 2]; p.OW = out->sizes[nd - 1];
   return p;
@@ -856,71 +862,123 @@ static double ld_c(tpu_dtype_t cd, const void* b, int64_t i) {
                                                                            : (double)((const int64_t*)b)[i];
 }
 
-/* max_pool2d_with_indices and adaptive_max_pool2d: one window per output element; NaN
- * wins, ties keep the first. adaptive = windows from the adaptive start/end rule. */
-static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
-  const tpu_operand_t* X = &n->in[0];
-  plane_t p = planes(X, &n->out[0]);
-  tpu_dtype_t cd = n->compute;
-  int64_t no = p.P * p.OH * p.OW;
-  if (no == 0) return NULL;
-  void *xo, *yo, *io;
-  const void* x = tpu__dense_in(X, cd, &xo);
-  void* y = tpu__dense_out(n, &n->out[0], cd, false, &yo);
-  int64_t* ind = tpu__dense_out(n, &n->out[1], TPU_DTYPE_I64, false, &io);
-  tpu_status_t st = NULL;
-  if (!x || !y || !ind) { st = TPU_HOST_NOMEM(); goto done; }
-  int64_t kH = n->ia[0], kW = n->ia[1], sH = n->ia[2], sW = n->ia[3], pH = n->ia[4],
-          pW = n->ia[5], dH = n->ia[6], dW = n->ia[7];
-  for (int64_t pl = 0; pl < p.P; ++pl) {
-    for (int64_t oh = 0; oh < p.OH; ++oh) {
-      int64_t h0, h1, hs;
-      if (adaptive) { h0 = oh * p.H / p.OH; h1 = ((oh + 1) * p.H + p.OH - 1) / p.OH; hs = 1; }
-      else {
-        h0 = oh * sH - pH; h1 = h0 + (kH - 1) * dH + 1; hs = dH;
-        while (h0 < 0) h0 += dH;
-        if (h1 > p.H) h1 = p.H;
-      }
-      for (int64_t ow = 0; ow < p.OW; ++ow) {
-        int64_t w0, w1, ws;
-        if (adaptive) { w0 = ow * p.W / p.OW; w1 = ((ow + 1) * p.W + p.OW - 1) / p.OW; ws = 1; }
-        else {
-          w0 = ow * sW - pW; w1 = w0 + (kW - 1) * dW + 1; ws = dW;
-          while (w0 < 0) w0 += dW;
-          if (w1 > p.W) w1 = p.W;
+/* One dim's window [*b, *e) step *st of output position o: PyTorch's adaptive rule
+ * [floor(o*in/out), ceil((o+1)*in/out)), or the dilated kernel window clipped to the
+ * input (a start inside the padding moves to the first tap inside the input). */
+typedef struct win_s { int64_t b, e, st; } win_t;
+
+static win_t max_win(const tpu_node_t* n, int dim, bool adaptive, int64_t o, int64_t in, int64_t out) {
+  win_t w;
+  if (adaptive) {
+    w.b = o * in / out; w.e = ((o + 1) * in + out - 1) / out; w.st = 1;
+    return w;
+  }
+  int64_t k = n->ia[dim], s = n->ia[3 + dim], p = n->ia[6 + dim], d = n->ia[9 + dim];
+  w.b = o * s - p; w.e = w.b + (k - 1) * d + 1; w.st = d;
+  while (w.b < 0) w.b += d;
+  if (w.e > in) w.e = in;
+  return w;
+}
+
+typedef struct pool_ctx_s {
+  const tpu_node_t* n;
+  plane_t p;
+  tpu_dtype_t cd;
+  bool adaptive;
+  const void* x; /* forward input or grad_output, dense in cd */
+  void* y;       /* forward output or grad_input, dense in cd */
+  int64_t* ind;  /* max pooling indices (per plane, into D*H*W) */
+  tpu_dtype_t st; /* storage dtype (bf16/f16 round in cpu_order) */
+  bool cpu_order; /* adaptive 3-d average pools: CPU's arithmetic, below */
+} pool_ctx_t;
+
+/* CPU's adaptive_avg_pool3d (forward and backward) computes in the tensor's own dtype:
+ * the window sum rounds after every add and the mean divides by the window's depth,
+ * height and width one at a time, each rounded. In bf16/f16 that differs from one f32
+ * sum and one division by more than the tolerance, so these pools follow it: sums in
+ * the compute dtype (f32 or f64), rounded through the storage dtype after each step. */
+static inline float round_to(float v, tpu_dtype_t st) {
+  if (st == TPU_DTYPE_BF16) return tpu__bf16_to_f32(tpu__f32_to_bf16(v));
+  if (st == TPU_DTYPE_F16) return (float)(_Float16)v;
+  return v;
+}
+
+static int64_t pool_grain(const plane_t* p, int64_t per_out) {
+  int64_t work = p->OD * p->OH * p->OW * (per_out > 0 ? per_out : 1);
+  return TPU_PARALLEL_MIN_WORK / (work > 0 ? work : 1) + 1;
+}
+
+/* max_pool{2,3}d_with_indices and adaptive_max_pool{2,3}d over planes [b, e): one window
+ * per output element; NaN wins, ties keep the first (CPU's rule). */
+static tpu_status_t maxpool_planes(void* arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const pool_ctx_t* c = arg;
+  const plane_t* p = &c->p;
+  int64_t HW = p->H * p->W, V = p->D * HW;
+  for (int64_t pl = b; pl < e; ++pl)
+    for (int64_t od = 0; od < p->OD; ++od) {
+      win_t wd = max_win(c->n, 0, c->adaptive, od, p->D, p->OD);
+      for (int64_t oh = 0; oh < p->OH; ++oh) {
+        win_t wh = max_win(c->n, 1, c->adaptive, oh, p->H, p->OH);
+        for (int64_t ow = 0; ow < p->OW; ++ow) {
+          win_t ww = max_win(c->n, 2, c->adaptive, ow, p->W, p->OW);
+          int64_t o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
+          int64_t best_i = wd.b * HW + wh.b * p->W + ww.b;
+          if (c->cd == TPU_DTYPE_I64) {
+            const int64_t* xp = (const int64_t*)c->x + pl * V;
+            int64_t best = INT64_MIN;
+            for (int64_t d = wd.b; d < wd.e; d += wd.st)
+              for (int64_t h = wh.b; h < wh.e; h += wh.st)
+                for (int64_t w = ww.b; w < ww.e; w += ww.st) {
+                  int64_t i = d * HW + h * p->W + w;
+                  if (xp[i] > best) { best = xp[i]; best_i = i; }
+                }
+            ((int64_t*)c->y)[o] = best;
+          } else if (c->cd == TPU_DTYPE_F32) {
+            const float* xp = (const float*)c->x + pl * V;
+            float best = -INFINITY;
+            for (int64_t d = wd.b; d < wd.e; d += wd.st)
+              for (int64_t h = wh.b; h < wh.e; h += wh.st)
+                for (int64_t w = ww.b; w < ww.e; w += ww.st) {
+                  int64_t i = d * HW + h * p->W + w;
+                  float v = xp[i];
+                  if (v > best || v != v) { best = v; best_i = i; }
+                }
+            ((float*)c->y)[o] = best;
+          } else {
+            const double* xp = (const double*)c->x + pl * V;
+            double best = -INFINITY;
+            for (int64_t d = wd.b; d < wd.e; d += wd.st)
+              for (int64_t h = wh.b; h < wh.e; h += wh.st)
+                for (int64_t w = ww.b; w < ww.e; w += ww.st) {
+                  int64_t i = d * HW + h * p->W + w;
+                  double v = xp[i];
+                  if (v > best || isnan(v)) { best = v; best_i = i; }
+                }
+            ((double*)c->y)[o] = best;
+          }
+          c->ind[o] = best_i;
         }
-        int64_t o = (pl * p.OH + oh) * p.OW + ow;
-        int64_t best_i = h0 * p.W + w0;
-        if (cd == TPU_DTYPE_I64) {
-          const int64_t* xp = (const int64_t*)x + pl * p.H * p.W;
-          int64_t best = INT64_MIN;
-          for (int64_t h = h0; h < h1; h += hs)
-            for (int64_t w = w0; w < w1; w += ws)
-              if (xp[h * p.W + w] > best) { best = xp[h * p.W + w]; best_i = h * p.W + w; }
-          ((int64_t*)y)[o] = best;
-        } else if (cd == TPU_DTYPE_F32) {
-          const float* xp = (const float*)x + pl * p.H * p.W;
-          float best = -INFINITY;
-          for (int64_t h = h0; h < h1; h += hs)
-            for (int64_t w = w0; w < w1; w += ws) {
-              float v = xp[h * p.W + w];
-              if (v > best || v != v) { best = v; best_i = h * p.W + w; }
-            }
-          ((float*)y)[o] = best;
-        } else {
-          double best = -INFINITY;
-          for (int64_t h = h0; h < h1; h += hs)
-            for (int64_t w = w0; w < w1; w += ws) {
-              double v = ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
-              if (v > best || isnan(v)) { best = v; best_i = h * p.W + w; }
-            }
-          ((double*)y)[o] = best;
-        }
-        ind[o] = best_i;
       }
     }
-  }
-  tpu__dense_out_done(&n->out[0], yo, cd);
+  return NULL;
+}
+
+static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
+  const tpu_operand_t* X = &n->in[0];
+  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype, false};
+  int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
+  if (no == 0) return NULL;
+  void *xo, *yo, *io;
+  c.x = tpu__dense_in(X, c.cd, &xo);
+  c.y = tpu__dense_out(n, &n->out[0], c.cd, false, &yo);
+  c.ind = tpu__dense_out(n, &n->out[1], TPU_DTYPE_I64, false, &io);
+  tpu_status_t st = NULL;
+  if (!c.x || !c.y || !c.ind) { st = TPU_HOST_NOMEM(); goto done; }
+  int64_t taps = adaptive ? 1 : n->ia[0] * n->ia[1] * n->ia[2];
+  st = tpu__parallel_for(c.p.P, pool_grain(&c.p, taps), maxpool_planes, &c);
+  if (st) goto done;
+  tpu__dense_out_done(&n->out[0], yo, c.cd);
   tpu__dense_out_done(&n->out[1], io, TPU_DTYPE_I64);
 done:
   tpu__free(xo); tpu__free(yo); tpu__free(io);
@@ -930,141 +988,220 @@ done:
 static tpu_status_t maxpool_kernel(tpu_node_t* n) { return maxpool_run(n, false); }
 static tpu_status_t adaptive_maxpool_kernel(tpu_node_t* n) { return maxpool_run(n, true); }
 
-/* Backward of both max pools: scatter-add grad_output at the saved indices. */
+/* Scatter-add of one plane range of grad_output at the saved indices, in CPU's order and,
+ * for bf16/f16, rounded after every add as CPU's loop in the tensor's dtype does; an
+ * index outside its plane (a hand-made indices tensor) is an error. */
+static tpu_status_t maxpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const pool_ctx_t* c = arg;
+  const plane_t* p = &c->p;
+  int64_t V = p->D * p->H * p->W, OV = p->OD * p->OH * p->OW;
+  for (int64_t pl = b; pl < e; ++pl)
+    for (int64_t k = 0; k < OV; ++k) {
+      int64_t o = pl * OV + k, idx = c->ind[o];
+      if (idx < 0 || idx >= V)
+        return tpu_status_make(TPU_INDEX_ERROR, "%s: index %lld out of range for a plane of %lld elements",
+                               tpu__node_describe(c->n), (long long)idx, (long long)V);
+      int64_t t = pl * V + idx;
+      if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[t] = round_to(((float*)c->y)[t] + ((const float*)c->x)[o], c->st);
+      else if (c->cd == TPU_DTYPE_F64) ((double*)c->y)[t] += ((const double*)c->x)[o];
+      else ((int64_t*)c->y)[t] = (int64_t)((uint64_t)((int64_t*)c->y)[t] + (uint64_t)((const int64_t*)c->x)[o]);
+    }
+  return NULL;
+}
+
+/* Backward of all max pools: in[0] grad_output, in[1] input, in[2] indices. */
 static tpu_status_t maxpool_bwd_kernel(tpu_node_t* n) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *IX = &n->in[2];
-  plane_t p = planes(X, GO);
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t ni = p.P * p.H * p.W, no = p.P * p.OH * p.OW;
-  void* gi = alloc_elems(ni, csz, true);
-  void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
-  int64_t* ind = no ? tpu__pack_alloc(IX, TPU_DTYPE_I64) : NULL;
+  pool_ctx_t c = {n, planes(n, X, GO), n->compute, false, NULL, NULL, NULL, n->out[0].dtype, false};
+  size_t csz = tpu_dtype_size(c.cd);
+  int64_t ni = c.p.P * c.p.D * c.p.H * c.p.W, no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
+  void* gi = c.y = alloc_elems(ni, csz, true);
+  void* go = no ? tpu__pack_alloc(GO, c.cd) : NULL;
+  c.x = go;
+  c.ind = no ? tpu__pack_alloc(IX, TPU_DTYPE_I64) : NULL;
   tpu_status_t st = NULL;
-  if (!gi || (no && (!go || !ind))) { st = TPU_HOST_NOMEM(); goto done; }
-  int64_t HW = p.H * p.W;
-  for (int64_t pl = 0; pl < p.P && !st; ++pl) {
-    for (int64_t k = 0; k < p.OH * p.OW; ++k) {
-      int64_t o = pl * p.OH * p.OW + k, idx = ind[o];
-      if (idx < 0 || idx >= HW) {
-        st = tpu_status_make(TPU_INDEX_ERROR, "%s: index %lld out of range for a plane of %lld elements",
-                             tpu__node_describe(n), (long long)idx, (long long)HW);
-        break;
-      }
-      int64_t t = pl * HW + idx;
-      if (cd == TPU_DTYPE_F32) ((float*)gi)[t] += ((float*)go)[o];
-      else if (cd == TPU_DTYPE_F64) ((double*)gi)[t] += ((double*)go)[o];
-      else ((int64_t*)gi)[t] = (int64_t)((uint64_t)((int64_t*)gi)[t] + (uint64_t)((int64_t*)go)[o]);
-    }
-  }
-  if (!st) tpu__unpack(&n->out[0], gi, cd);
+  if (!gi || (no && (!go || !c.ind))) { st = TPU_HOST_NOMEM(); goto done; }
+  if (no) st = tpu__parallel_for(c.p.P, pool_grain(&c.p, 1), maxpool_bwd_planes, &c);
+  if (!st) tpu__unpack(&n->out[0], gi, c.cd);
 done:
-  tpu__free(gi); tpu__free(go); tpu__free(ind);
+  tpu__free(gi); tpu__free(go); tpu__free(c.ind);
   return st;
 }
 
-/* Window of avg_pool2d output (oh, ow): clamped bounds and the divisor PyTorch uses. */
-static int64_t avg_window(const tpu_node_t* n, const plane_t* p, int64_t oh, int64_t ow,
-                          int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1) {
-  int64_t kH = n->ia[0], kW = n->ia[1], sH = n->ia[2], sW = n->ia[3], pH = n->ia[4], pW = n->ia[5];
-  int64_t hs = oh * sH - pH, ws = ow * sW - pW;
-  int64_t he = hs + kH < p->H + pH ? hs + kH : p->H + pH;
-  int64_t we = ws + kW < p->W + pW ? ws + kW : p->W + pW;
-  int64_t pool = (he - hs) * (we - ws);
-  if (hs < 0) hs = 0;
-  if (ws < 0) ws = 0;
-  if (he > p->H) he = p->H;
-  if (we > p->W) we = p->W;
-  *h0 = hs; *h1 = he; *w0 = ws; *w1 = we;
-  if (n->ia[9]) return n->ia[9];
-  return n->ia[8] ? pool : (he - hs) * (we - ws);
+/* Window of an average pool's output (od, oh, ow) clamped to the input, and the divisor
+ * PyTorch uses: divisor_override, else the window's size within the padded input
+ * (count_include_pad) or within the input; adaptive pools divide by the window's size. */
+static int64_t avg_window(const tpu_node_t* n, bool adaptive, const plane_t* p, const int64_t* o, win_t* w) {
+  const int64_t in[3] = {p->D, p->H, p->W}, out[3] = {p->OD, p->OH, p->OW};
+  int64_t pool = 1, inside = 1;
+  for (int d = 0; d < 3; ++d) {
+    w[d].st = 1;
+    if (adaptive) {
+      w[d].b = o[d] * in[d] / out[d];
+      w[d].e = ((o[d] + 1) * in[d] + out[d] - 1) / out[d];
+      pool *= w[d].e - w[d].b;
+      continue;
+    }
+    int64_t k = n->ia[d], s = n->ia[3 + d], pad = n->ia[6 + d];
+    int64_t b = o[d] * s - pad, e = b + k < in[d] + pad ? b + k : in[d] + pad;
+    pool *= e - b;
+    w[d].b = b < 0 ? 0 : b;
+    w[d].e = e > in[d] ? in[d] : e;
+    inside *= w[d].e - w[d].b;
+  }
+  if (adaptive) return pool;
+  if (n->ia[13]) return n->ia[13];
+  return n->ia[12] ? pool : inside;
 }
 
-typedef int64_t (*window_fn)(const tpu_node_t* n, const plane_t* p, int64_t oh, int64_t ow,
-                            int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1);
+static bool win_empty(const win_t* w) { return w[0].b >= w[0].e || w[1].b >= w[1].e || w[2].b >= w[2].e; }
 
-static tpu_status_t avgpool_fwd(tpu_node_t* n, window_fn window) {
+static tpu_status_t avgpool_fwd_planes(void* arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const pool_ctx_t* c = arg;
+  const plane_t* p = &c->p;
+  int64_t HW = p->H * p->W, V = p->D * HW;
+  for (int64_t pl = b; pl < e; ++pl)
+    for (int64_t od = 0; od < p->OD; ++od)
+      for (int64_t oh = 0; oh < p->OH; ++oh)
+        for (int64_t ow = 0; ow < p->OW; ++ow) {
+          int64_t pos[3] = {od, oh, ow}, o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
+          win_t w[3];
+          int64_t div = avg_window(c->n, c->adaptive, p, pos, w);
+          if (win_empty(w)) continue; /* stays 0 */
+          if (c->cpu_order) {
+            int64_t base = pl * V;
+            if (c->cd == TPU_DTYPE_F32) {
+              const float* xp = (const float*)c->x + base;
+              float s = 0;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) s = round_to(s + xp[d * HW + h * p->W + x], c->st);
+              for (int j = 0; j < 3; ++j) s = round_to(s / (float)(w[j].e - w[j].b), c->st);
+              ((float*)c->y)[o] = s;
+            } else {
+              const double* xp = (const double*)c->x + base;
+              double s = 0;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) s += xp[d * HW + h * p->W + x];
+              for (int j = 0; j < 3; ++j) s /= (double)(w[j].e - w[j].b);
+              ((double*)c->y)[o] = s;
+            }
+            continue;
+          }
+          if (c->cd == TPU_DTYPE_I64) {
+            const int64_t* xp = (const int64_t*)c->x + pl * V;
+            uint64_t s = 0;
+            for (int64_t d = w[0].b; d < w[0].e; ++d)
+              for (int64_t h = w[1].b; h < w[1].e; ++h)
+                for (int64_t x = w[2].b; x < w[2].e; ++x) s += (uint64_t)xp[d * HW + h * p->W + x];
+            ((int64_t*)c->y)[o] = div ? (int64_t)s / div : 0;
+          } else {
+            double s = 0;
+            for (int64_t d = w[0].b; d < w[0].e; ++d)
+              for (int64_t h = w[1].b; h < w[1].e; ++h)
+                for (int64_t x = w[2].b; x < w[2].e; ++x) s += ld_c(c->cd, c->x, pl * V + d * HW + h * p->W + x);
+            if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[o] = (float)(s / (double)div);
+            else ((double*)c->y)[o] = s / (double)div;
+          }
+        }
+  return NULL;
+}
+
+static tpu_status_t avgpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const pool_ctx_t* c = arg;
+  const plane_t* p = &c->p;
+  int64_t HW = p->H * p->W, V = p->D * HW;
+  for (int64_t pl = b; pl < e; ++pl)
+    for (int64_t od = 0; od < p->OD; ++od)
+      for (int64_t oh = 0; oh < p->OH; ++oh)
+        for (int64_t ow = 0; ow < p->OW; ++ow) {
+          int64_t pos[3] = {od, oh, ow}, o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
+          win_t w[3];
+          int64_t div = avg_window(c->n, c->adaptive, p, pos, w);
+          if (c->cpu_order) {
+            if (c->cd == TPU_DTYPE_F32) {
+              float gd = ((const float*)c->x)[o];
+              for (int j = 0; j < 3; ++j) gd = round_to(gd / (float)(w[j].e - w[j].b), c->st);
+              float* gp = (float*)c->y + pl * V;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) {
+                    float* t = gp + d * HW + h * p->W + x;
+                    *t = round_to(*t + gd, c->st);
+                  }
+            } else {
+              double gd = ((const double*)c->x)[o];
+              for (int j = 0; j < 3; ++j) gd /= (double)(w[j].e - w[j].b);
+              double* gp = (double*)c->y + pl * V;
+              for (int64_t d = w[0].b; d < w[0].e; ++d)
+                for (int64_t h = w[1].b; h < w[1].e; ++h)
+                  for (int64_t x = w[2].b; x < w[2].e; ++x) gp[d * HW + h * p->W + x] += gd;
+            }
+            continue;
+          }
+          for (int64_t d = w[0].b; d < w[0].e; ++d)
+            for (int64_t h = w[1].b; h < w[1].e; ++h)
+              for (int64_t x = w[2].b; x < w[2].e; ++x) {
+                int64_t t = pl * V + d * HW + h * p->W + x;
+                if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[t] += ((const float*)c->x)[o] / (float)div;
+                else if (c->cd == TPU_DTYPE_F64) ((double*)c->y)[t] += ((const double*)c->x)[o] / (double)div;
+                else if (div) ((int64_t*)c->y)[t] += ((const int64_t*)c->x)[o] / div;
+              }
+        }
+  return NULL;
+}
+
+static int64_t avg_taps(const tpu_node_t* n, bool adaptive) {
+  return adaptive ? 1 : n->ia[0] * n->ia[1] * n->ia[2];
+}
+
+static tpu_status_t avgpool_fwd(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t* X = &n->in[0];
-  plane_t p = planes(X, &n->out[0]);
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t no = p.P * p.OH * p.OW;
+  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
+                  adaptive && n->ia[14] == 3};
+  size_t csz = tpu_dtype_size(c.cd);
+  int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   if (no == 0) return NULL;
-  void* x = tpu__pack_alloc(X, cd);
+  void* x = tpu__pack_alloc(X, c.cd);
   void* y = alloc_elems(no, csz, true);
+  c.x = x;
+  c.y = y;
   tpu_status_t st = NULL;
   if (!x || !y) { st = TPU_HOST_NOMEM(); goto done; }
-  for (int64_t pl = 0; pl < p.P; ++pl)
-    for (int64_t oh = 0; oh < p.OH; ++oh)
-      for (int64_t ow = 0; ow < p.OW; ++ow) {
-        int64_t h0, h1, w0, w1, o = (pl * p.OH + oh) * p.OW + ow;
-        int64_t div = window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
-        if (h0 >= h1 || w0 >= w1) continue; /* stays 0 */
-        if (cd == TPU_DTYPE_I64) {
-          const int64_t* xp = (const int64_t*)x + pl * p.H * p.W;
-          uint64_t s = 0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) s += (uint64_t)xp[h * p.W + w];
-          ((int64_t*)y)[o] = div ? (int64_t)s / div : 0;
-        } else {
-          double s = 0;
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) s += ld_c(cd, x, pl * p.H * p.W + h * p.W + w);
-          if (cd == TPU_DTYPE_F32) ((float*)y)[o] = (float)(s / (double)div);
-          else ((double*)y)[o] = s / (double)div;
-        }
-      }
-  tpu__unpack(&n->out[0], y, cd);
+  st = tpu__parallel_for(c.p.P, pool_grain(&c.p, avg_taps(n, adaptive)), avgpool_fwd_planes, &c);
+  if (!st) tpu__unpack(&n->out[0], y, c.cd);
 done:
   tpu__free(x); tpu__free(y);
   return st;
 }
 
-static tpu_status_t avgpool_bwd(tpu_node_t* n, window_fn window) {
+static tpu_status_t avgpool_bwd(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
-  plane_t p = planes(X, GO);
-  tpu_dtype_t cd = n->compute;
-  size_t csz = tpu_dtype_size(cd);
-  int64_t no = p.P * p.OH * p.OW;
-  void* gi = alloc_elems(p.P * p.H * p.W, csz, true);
-  void* go = no ? tpu__pack_alloc(GO, cd) : NULL;
+  pool_ctx_t c = {n, planes(n, X, GO), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
+                  adaptive && n->ia[14] == 3};
+  size_t csz = tpu_dtype_size(c.cd);
+  int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
+  void* gi = alloc_elems(c.p.P * c.p.D * c.p.H * c.p.W, csz, true);
+  void* go = no ? tpu__pack_alloc(GO, c.cd) : NULL;
+  c.x = go;
+  c.y = gi;
   tpu_status_t st = NULL;
   if (!gi || (no && !go)) { st = TPU_HOST_NOMEM(); goto done; }
-  for (int64_t pl = 0; pl < p.P; ++pl)
-    for (int64_t oh = 0; oh < p.OH; ++oh)
-      for (int64_t ow = 0; ow < p.OW; ++ow) {
-        int64_t h0, h1, w0, w1, o = (pl * p.OH + oh) * p.OW + ow;
-        int64_t div = window(n, &p, oh, ow, &h0, &h1, &w0, &w1);
-        for (int64_t h = h0; h < h1; ++h)
-          for (int64_t w = w0; w < w1; ++w) {
-            int64_t t = pl * p.H * p.W + h * p.W + w;
-            if (cd == TPU_DTYPE_F32) ((float*)gi)[t] += ((float*)go)[o] / (float)div;
-            else if (cd == TPU_DTYPE_F64) ((double*)gi)[t] += ((double*)go)[o] / (double)div;
-            else if (div) ((int64_t*)gi)[t] += ((int64_t*)go)[o] / div;
-          }
-      }
-  tpu__unpack(&n->out[0], gi, cd);
+  if (no) st = tpu__parallel_for(c.p.P, pool_grain(&c.p, avg_taps(n, adaptive)), avgpool_bwd_planes, &c);
+  if (!st) tpu__unpack(&n->out[0], gi, c.cd);
 done:
   tpu__free(gi); tpu__free(go);
   return st;
 }
 
-/* Adaptive average pooling is average pooling with PyTorch's adaptive windows
- * [floor(o*in/out), ceil((o+1)*in/out)), divided by the window's area. */
-static int64_t adaptive_window(const tpu_node_t* n, const plane_t* p, int64_t oh, int64_t ow,
-                               int64_t* h0, int64_t* h1, int64_t* w0, int64_t* w1) {
-  (void)n;
-  *h0 = oh * p->H / p->OH;
-  *h1 = ((oh + 1) * p->H + p->OH - 1) / p->OH;
-  *w0 = ow * p->W / p->OW;
-  *w1 = ((ow + 1) * p->W + p->OW - 1) / p->OW;
-  return (*h1 - *h0) * (*w1 - *w0);
-}
-
-static tpu_status_t avgpool_kernel(tpu_node_t* n) { return avgpool_fwd(n, avg_window); }
-static tpu_status_t avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_bwd(n, avg_window); }
-static tpu_status_t adaptive_avgpool_kernel(tpu_node_t* n) { return avgpool_fwd(n, adaptive_window); }
-static tpu_status_t adaptive_avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_bwd(n, adaptive_window); }
+static tpu_status_t avgpool_kernel(tpu_node_t* n) { return avgpool_fwd(n, false); }
+static tpu_status_t avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_bwd(n, false); }
+static tpu_status_t adaptive_avgpool_kernel(tpu_node_t* n) { return avgpool_fwd(n, true); }
+static tpu_status_t adaptive_avgpool_bwd_kernel(tpu_node_t* n) { return avgpool_bwd(n, true); }
 
 void tpu__host_register_linalg(tpu_host_kernel_fn* table) {
   table[TPU_KIND_GEMM] = gemm_kernel;

@@ -16,6 +16,8 @@
  * scatter-adds that round to the output dtype after every add, in ATen's order, because
  * ATen's CPU loops add in the tensor's own dtype. */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 
 #include <cblas.h>
 
@@ -467,6 +469,340 @@ static tpu_status_t embedding_backward_kernel(tpu_node_t* n) {
   tpu__unpack(&n->out[0], acc, acc_dt);
   free_all(buf, 4);
   return NULL;
+}
+
+/* ---- embedding_bag ------------------------------------------------------------------
+ * EMBEDDING_BAG  in: weight, indices, offsets, per_sample_weights or absent; ia[0] mode
+ *                (0 sum, 1 mean, 2 max), ia[1] padding_idx (< 0: none), ia[2]
+ *                include_last_offset. Outputs as CPU's: the bags (B, D); offset2bag (each
+ *                index's bag, or empty where CPU's sum fast path skips it); bag_size
+ *                (non-padding indices per bag in mean/max, 0 in sum); max_indices (the
+ *                weight row of each max in max mode, bag_size in mean, 0 in sum).
+ * Bag b covers indices [offsets[b], offsets[b+1]) (the last bag ends at the number of
+ * indices, or at the last offset with include_last_offset). Sums accumulate in float64
+ * and round once. Max takes a bag's first non-padding row and then every strictly
+ * greater value (CPU's rule: a NaN wins only as a bag's first value); empty bags are 0.
+ * EMBEDDING_BAG_BACKWARD  in: grad (B, D), indices, offset2bag, bag_size, max_indices,
+ *                per_sample_weights or absent, offsets or absent (to rebuild an empty
+ *                offset2bag); ia[0] num_weights, ia[1] scale_grad_by_freq, ia[2] mode,
+ *                ia[3] padding_idx. Output (num_weights, D).
+ * EMBEDDING_BAG_PSW_BACKWARD  in: grad, weight, indices, offsets, offset2bag; ia[0]
+ *                padding_idx. Output: one dot product per index. */
+
+/* RuntimeError, as CPU's TORCH_CHECKs in these kernels raise (the queue names the op). */
+static tpu_status_t bag_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static tpu_status_t bag_error(const char* fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return tpu_status_make(TPU_INVALID_ARGUMENT, "%s", msg);
+}
+
+/* Each index's bag from offsets as CPU's make_offset2bag builds it: bag[i] = (offsets at
+ * or before i) - 1, counting the first nused offsets. Offsets outside [0, n] fail. */
+static tpu_status_t bags_from_offsets(const int64_t* off, int64_t nused, int64_t n, int64_t* bag) {
+  for (int64_t i = 0; i < n; ++i) bag[i] = 0;
+  for (int64_t j = 0; j < nused; ++j) {
+    if (off[j] < 0 || off[j] > n)
+      return bag_error("offsets[%lld] = %lld is outside the indices", (long long)j, (long long)off[j]);
+    if (off[j] < n) ++bag[off[j]];
+  }
+  int64_t run = -1;
+  for (int64_t i = 0; i < n; ++i) bag[i] = run += bag[i];
+  return NULL;
+}
+
+typedef struct bag_s {
+  const tpu_node_t* n;
+  const tpu_operand_t* w;
+  const int64_t *idx, *off;
+  const double* psw;
+  double* out;       /* (B, D) */
+  int64_t* bsize;    /* (B) */
+  int64_t* maxi;     /* (B, D) in max mode */
+  double* rows;      /* per-thread row scratch, D each */
+  int64_t n_idx, B, D, mode, pad;
+} bag_t;
+
+static tpu_status_t bag_rows(void* arg, int64_t b0, int64_t b1, int tid) {
+  bag_t* c = arg;
+  const tpu_operand_t* w = c->w;
+  size_t esz = tpu_dtype_size(w->dtype);
+  const char* base = tpu__operand_ptr(w);
+  int64_t D = c->D;
+  double* row = c->rows + (size_t)tid * (size_t)cnt1(D);
+  for (int64_t b = b0; b < b1; ++b) {
+    int64_t s = c->off[b], e = b + 1 < c->B ? c->off[b + 1] : (c->n->ia[2] ? c->off[c->B] : c->n_idx);
+    double* o = c->out + b * D;
+    int64_t* mi = c->maxi ? c->maxi + b * D : NULL;
+    int64_t cnt = 0;
+    for (int64_t i = s; i < e; ++i) {
+      int64_t r = c->idx[i];
+      if (r == c->pad) continue;
+      tpu__convert_run(row, TPU_DTYPE_F64, 1, base + r * w->strides[0] * (int64_t)esz, w->dtype, w->strides[1], D);
+      if (c->mode == 2) {
+        for (int64_t j = 0; j < D; ++j)
+          if (cnt == 0 || row[j] > o[j]) { o[j] = row[j]; mi[j] = r; }
+      } else {
+        double f = c->psw ? c->psw[i] : 1.0;
+        for (int64_t j = 0; j < D; ++j) o[j] += f * row[j];
+      }
+      ++cnt;
+    }
+    if (c->mode == 1 && cnt)
+      for (int64_t j = 0; j < D; ++j) o[j] /= (double)cnt;
+    if (c->mode != 0) c->bsize[b] = cnt;
+  }
+  return NULL;
+}
+
+static tpu_status_t embedding_bag_kernel(tpu_node_t* n) {
+  const tpu_operand_t* w = &n->in[0];
+  int64_t mode = n->ia[0], pad = n->ia[1];
+  bool ilo = n->ia[2];
+  int64_t n_idx = tpu__operand_numel(&n->in[1]), nof = tpu__operand_numel(&n->in[2]);
+  int64_t rows = w->sizes[0], D = w->sizes[1], B = n->out[0].sizes[0];
+  bool psw_in = present(&n->in[3]);
+  void* buf[8] = {0};
+  int64_t* idx = buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_I64);
+  int64_t* off = buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_I64);
+  double* psw = psw_in ? (buf[2] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64)) : NULL;
+  double* out = buf[3] = tpu__calloc(cnt1(B * D), sizeof(double));
+  int64_t* bsize = buf[4] = tpu__calloc(cnt1(tpu__operand_numel(&n->out[2])), sizeof(int64_t));
+  int64_t* maxi = buf[5] = tpu__calloc(cnt1(tpu__operand_numel(&n->out[3])), sizeof(int64_t));
+  int64_t* o2b = buf[6] = tpu__malloc(sizeof(int64_t) * cnt1(n_idx));
+  int nt = tpu__num_threads();
+  double* rows_buf = buf[7] = tpu__malloc(sizeof(double) * cnt1(D) * (size_t)nt);
+  tpu_status_t st = NULL;
+  if (!idx || !off || (psw_in && !psw) || !out || !bsize || !maxi || !o2b || !rows_buf) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  /* CPU's checks, in its order, then the ones CPU leaves to undefined behaviour */
+  if (nof > 0 && off[0] != 0) {
+    st = bag_error("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                      "position 0. However, got %lld", (long long)off[0]);
+    goto done;
+  }
+  if (nof > 0 && off[nof - 1] > n_idx) {
+    st = bag_error("offsets[-1] can not be greater than input's length %lld but got offsets[-1] of %lld",
+                   (long long)n_idx, (long long)off[nof - 1]);
+    goto done;
+  }
+  for (int64_t j = 1; j < nof; ++j)
+    if (off[j] < off[j - 1]) {
+      st = bag_error("offsets must be non-decreasing, but offsets[%lld] = %lld is smaller than the one before it",
+                     (long long)j, (long long)off[j]);
+      goto done;
+    }
+  for (int64_t i = 0; i < n_idx; ++i)
+    if (idx[i] < 0 || idx[i] >= rows) {
+      st = mode == 2 ? bag_error("embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to be "
+                                    "%lld", (long long)idx[i])
+                     : bag_error("Index %lld of input takes value %lld which is not in the valid range [0, %lld)",
+                                 (long long)i, (long long)idx[i], (long long)rows);
+      goto done;
+    }
+  bag_t c = {n, w, idx, off, psw, out, bsize, mode == 2 ? maxi : NULL, rows_buf, n_idx, B, D, mode, pad};
+  int64_t per_bag = B ? (n_idx / B + 1) * cnt1(D) : 1;
+  st = tpu__parallel_for(B, TPU_PARALLEL_MIN_WORK / per_bag + 1, bag_rows, &c);
+  if (st) goto done;
+  if (mode == 1) memcpy(maxi, bsize, sizeof(int64_t) * (size_t)B);
+  tpu__unpack(&n->out[0], out, TPU_DTYPE_F64);
+  if (tpu__operand_numel(&n->out[1]) == n_idx) {
+    st = bags_from_offsets(off, ilo ? nof - 1 : nof, n_idx, o2b);
+    if (st) goto done;
+    tpu__unpack(&n->out[1], o2b, TPU_DTYPE_I64);
+  }
+  tpu__unpack(&n->out[2], bsize, TPU_DTYPE_I64);
+  tpu__unpack(&n->out[3], maxi, TPU_DTYPE_I64);
+done:
+  free_all(buf, 8);
+  return st;
+}
+
+/* Each index's bag: offset2bag when it is filled, else rebuilt from offsets (all of
+ * them, as CPU's backwards do). bag must hold n entries. */
+static tpu_status_t bag_of_indices(const tpu_operand_t* o2b, const tpu_operand_t* off, int64_t n_idx, int64_t B,
+                                   int64_t* bag) {
+  tpu_status_t st = NULL;
+  if (tpu__operand_numel(o2b) == n_idx) {
+    tpu__pack(o2b, NULL, TPU_DTYPE_I64, bag);
+  } else {
+    if (!present(off)) return bag_error("offset2bag is empty and no offsets were given");
+    int64_t* o = tpu__pack_alloc(off, TPU_DTYPE_I64);
+    if (!o) return TPU_HOST_NOMEM();
+    st = bags_from_offsets(o, tpu__operand_numel(off), n_idx, bag);
+    tpu__free(o);
+    if (st) return st;
+  }
+  for (int64_t i = 0; i < n_idx; ++i)
+    if (bag[i] < 0 || bag[i] >= B)
+      return bag_error("offset2bag[%lld] = %lld is not a bag of grad", (long long)i, (long long)bag[i]);
+  return NULL;
+}
+
+typedef struct bag_bwd_s {
+  const int64_t *idx, *bag, *bsize, *maxi, *cnt;
+  const double *g, *psw;
+  double* gw;
+  int64_t n_idx, B, D, mode, pad;
+  tpu_dtype_t narrow; /* bf16/f16 output: CPU's arithmetic in that dtype; else F64 */
+} bag_bwd_t;
+
+/* v rounded through a bf16/f16 dtype (CPU's Half/BFloat16 arithmetic: each operation in
+ * float, the result rounded); other dtypes: v. */
+static double bag_round(double v, tpu_dtype_t dt) {
+  if (dt == TPU_DTYPE_BF16) return tpu__bf16_to_f32(tpu__f32_to_bf16((float)v));
+  if (dt == TPU_DTYPE_F16) return (float)(_Float16)(float)v;
+  return v;
+}
+
+/* Columns [j0, j1) of the weight gradient: every thread walks all indices in order over
+ * its own columns, so the sums do not depend on the split. float32/float64 accumulate in
+ * float64 and round once; bf16/f16 follow CPU, which adds in the tensor's dtype (each
+ * index's scale cast to it, then y += scale * grad row, each step rounded) in the same
+ * order (per weight row, its indices in order; max mode bag by bag). */
+static tpu_status_t bag_bwd_cols(void* arg, int64_t j0, int64_t j1, int tid) {
+  (void)tid;
+  const bag_bwd_t* c = arg;
+  int64_t D = c->D;
+  tpu_dtype_t nr = c->narrow;
+  if (c->mode == 2) {
+    for (int64_t b = 0; b < c->B; ++b) {
+      if (c->bsize[b] == 0) continue;
+      for (int64_t j = j0; j < j1; ++j) {
+        double* y = &c->gw[c->maxi[b * D + j] * D + j];
+        *y = bag_round(*y + c->g[b * D + j], nr);
+      }
+    }
+    return NULL;
+  }
+  for (int64_t i = 0; i < c->n_idx; ++i) {
+    int64_t r = c->idx[i], b = c->bag[i];
+    if (r == c->pad) continue;
+    double f = 1.0;
+    if (c->cnt) f /= (double)c->cnt[r];
+    if (c->mode == 1 && c->bsize[b] != 0) f /= (double)c->bsize[b]; /* as CPU: 0 leaves the scale */
+    if (c->psw) f *= c->psw[i];
+    if (nr == TPU_DTYPE_F64) {
+      for (int64_t j = j0; j < j1; ++j) c->gw[r * D + j] += c->g[b * D + j] * f;
+    } else {
+      float fs = (float)bag_round(f, nr);
+      for (int64_t j = j0; j < j1; ++j) {
+        double* y = &c->gw[r * D + j];
+        *y = bag_round((float)*y + (float)bag_round(fs * (float)c->g[b * D + j], nr), nr);
+      }
+    }
+  }
+  return NULL;
+}
+
+static tpu_status_t embedding_bag_backward_kernel(tpu_node_t* n) {
+  int64_t nw = n->ia[0], mode = n->ia[2], pad = n->ia[3];
+  bool scale = n->ia[1];
+  int64_t B = n->in[0].sizes[0], D = n->in[0].sizes[1], n_idx = tpu__operand_numel(&n->in[1]);
+  bool psw_in = present(&n->in[5]);
+  void* buf[8] = {0};
+  double* g = buf[0] = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  int64_t* idx = buf[1] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_I64);
+  int64_t* bag = buf[2] = tpu__malloc(sizeof(int64_t) * cnt1(n_idx));
+  int64_t* bsize = buf[3] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_I64);
+  int64_t* maxi = buf[4] = mode == 2 ? tpu__pack_alloc(&n->in[4], TPU_DTYPE_I64) : NULL;
+  double* psw = psw_in ? (buf[5] = tpu__pack_alloc(&n->in[5], TPU_DTYPE_F64)) : NULL;
+  double* gw = buf[6] = tpu__calloc(cnt1(nw * D), sizeof(double));
+  int64_t* cnt = scale ? (buf[7] = tpu__calloc(cnt1(nw), sizeof(int64_t))) : NULL;
+  tpu_status_t st = NULL;
+  if (!g || !idx || !bag || !bsize || (mode == 2 && !maxi) || (psw_in && !psw) || !gw || (scale && !cnt)) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  for (int64_t i = 0; i < n_idx; ++i)
+    if (idx[i] < 0 || idx[i] >= nw) {
+      st = bag_error("index %lld is out of range for %lld embeddings", (long long)idx[i], (long long)nw);
+      goto done;
+    }
+  if (mode == 2) {
+    for (int64_t k = 0; k < B * D; ++k)
+      if (bsize[k / cnt1(D)] != 0 && (maxi[k] < 0 || maxi[k] >= nw)) {
+        st = bag_error("max_indices value %lld is out of range for %lld embeddings", (long long)maxi[k],
+                       (long long)nw);
+        goto done;
+      }
+  } else {
+    st = bag_of_indices(&n->in[2], &n->in[6], n_idx, B, bag);
+    if (st) goto done;
+  }
+  if (cnt)
+    for (int64_t i = 0; i < n_idx; ++i) ++cnt[idx[i]];
+  tpu_dtype_t od = n->out[0].dtype;
+  tpu_dtype_t narrow = od == TPU_DTYPE_BF16 || od == TPU_DTYPE_F16 ? od : TPU_DTYPE_F64;
+  bag_bwd_t c = {idx, bag, bsize, maxi, cnt, g, psw, gw, n_idx, B, D, mode, pad, narrow};
+  int64_t work = (mode == 2 ? B : n_idx) + 1;
+  st = tpu__parallel_for(D, TPU_PARALLEL_MIN_WORK / work + 1, bag_bwd_cols, &c);
+  if (!st) tpu__unpack(&n->out[0], gw, TPU_DTYPE_F64);
+done:
+  free_all(buf, 8);
+  return st;
+}
+
+typedef struct bag_psw_s {
+  const tpu_operand_t* w;
+  const int64_t *idx, *bag;
+  const double* g;
+  double* out;
+  double* rows;
+  int64_t D, pad;
+} bag_psw_t;
+
+static tpu_status_t bag_psw_rows(void* arg, int64_t i0, int64_t i1, int tid) {
+  const bag_psw_t* c = arg;
+  const tpu_operand_t* w = c->w;
+  size_t esz = tpu_dtype_size(w->dtype);
+  const char* base = tpu__operand_ptr(w);
+  double* row = c->rows + (size_t)tid * (size_t)cnt1(c->D);
+  for (int64_t i = i0; i < i1; ++i) {
+    int64_t r = c->idx[i];
+    if (r == c->pad) { c->out[i] = 0; continue; }
+    tpu__convert_run(row, TPU_DTYPE_F64, 1, base + r * w->strides[0] * (int64_t)esz, w->dtype, w->strides[1], c->D);
+    const double* gr = c->g + c->bag[i] * c->D;
+    double s = 0;
+    for (int64_t j = 0; j < c->D; ++j) s += gr[j] * row[j];
+    c->out[i] = s;
+  }
+  return NULL;
+}
+
+static tpu_status_t embedding_bag_psw_backward_kernel(tpu_node_t* n) {
+  const tpu_operand_t* w = &n->in[1];
+  int64_t B = n->in[0].sizes[0], D = n->in[0].sizes[1], n_idx = tpu__operand_numel(&n->in[2]);
+  int64_t rows = w->sizes[0];
+  void* buf[5] = {0};
+  double* g = buf[0] = tpu__pack_alloc(&n->in[0], TPU_DTYPE_F64);
+  int64_t* idx = buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_I64);
+  int64_t* bag = buf[2] = tpu__malloc(sizeof(int64_t) * cnt1(n_idx));
+  double* out = buf[3] = tpu__malloc(sizeof(double) * cnt1(n_idx));
+  double* rows_buf = buf[4] = tpu__malloc(sizeof(double) * cnt1(D) * (size_t)tpu__num_threads());
+  tpu_status_t st = NULL;
+  if (!g || !idx || !bag || !out || !rows_buf) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  for (int64_t i = 0; i < n_idx; ++i)
+    if (idx[i] < 0 || idx[i] >= rows) {
+      st = bag_error("index %lld is out of range for %lld embeddings", (long long)idx[i], (long long)rows);
+      goto done;
+    }
+  st = bag_of_indices(&n->in[4], &n->in[3], n_idx, B, bag);
+  if (st) goto done;
+  bag_psw_t c = {w, idx, bag, g, out, rows_buf, D, n->ia[0]};
+  st = tpu__parallel_for(n_idx, TPU_PARALLEL_MIN_WORK / cnt1(D) + 1, bag_psw_rows, &c);
+  if (!st) tpu__unpack(&n->out[0], out, TPU_DTYPE_F64);
+done:
+  free_all(buf, 5);
+  return st;
 }
 
 /* ---- nll loss --------------------------------------------------------------------- */
@@ -1497,6 +1833,9 @@ void tpu__host_register_nn(tpu_host_kernel_fn* table) {
   table[TPU_KIND_LAYER_NORM_BACKWARD] = layer_norm_backward_kernel;
   table[TPU_KIND_EMBEDDING] = embedding_kernel;
   table[TPU_KIND_EMBEDDING_BACKWARD] = embedding_backward_kernel;
+  table[TPU_KIND_EMBEDDING_BAG] = embedding_bag_kernel;
+  table[TPU_KIND_EMBEDDING_BAG_BACKWARD] = embedding_bag_backward_kernel;
+  table[TPU_KIND_EMBEDDING_BAG_PSW_BACKWARD] = embedding_bag_psw_backward_kernel;
   table[TPU_KIND_NLL_LOSS] = nll_kernel;
   table[TPU_KIND_NLL_LOSS_BACKWARD] = nll_backward_kernel;
   table[TPU_KIND_SDPA] = sdpa_kernel;
