@@ -857,18 +857,13 @@ static plane_t planes(const tpu_node_t* n, const tpu_operand_t* in, const tpu_op
   return p;
 }
 
-static double ld_c(tpu_dtype_t cd, const void* b, int64_t i) {
-  return cd == TPU_DTYPE_F32 ? ((const float*)b)[i] : cd == TPU_DTYPE_F64 ? ((const double*)b)[i]
-                                                                           : (double)((const int64_t*)b)[i];
-}
-
 /* One dim's window [*b, *e) step *st of output position o: PyTorch's adaptive rule
  * [floor(o*in/out), ceil((o+1)*in/out)), or the dilated kernel window clipped to the
  * input (a start inside the padding moves to the first tap inside the input). */
-typedef struct win_s { int64_t b, e, st; } win_t;
+typedef struct win_s { int64_t b, e, st, f; } win_t; /* f: average pools' divisor factor */
 
 static win_t max_win(const tpu_node_t* n, int dim, bool adaptive, int64_t o, int64_t in, int64_t out) {
-  win_t w;
+  win_t w = {0, 0, 1, 0};
   if (adaptive) {
     w.b = o * in / out; w.e = ((o + 1) * in + out - 1) / out; w.st = 1;
     return w;
@@ -883,6 +878,7 @@ static win_t max_win(const tpu_node_t* n, int dim, bool adaptive, int64_t o, int
 typedef struct pool_ctx_s {
   const tpu_node_t* n;
   plane_t p;
+  const win_t* win; /* windows of every output position: OD, then OH, then OW entries */
   tpu_dtype_t cd;
   bool adaptive;
   const void* x; /* forward input or grad_output, dense in cd */
@@ -917,11 +913,11 @@ static tpu_status_t maxpool_planes(void* arg, int64_t b, int64_t e, int tid) {
   int64_t HW = p->H * p->W, V = p->D * HW;
   for (int64_t pl = b; pl < e; ++pl)
     for (int64_t od = 0; od < p->OD; ++od) {
-      win_t wd = max_win(c->n, 0, c->adaptive, od, p->D, p->OD);
+      win_t wd = c->win[od];
       for (int64_t oh = 0; oh < p->OH; ++oh) {
-        win_t wh = max_win(c->n, 1, c->adaptive, oh, p->H, p->OH);
+        win_t wh = c->win[p->OD + oh];
         for (int64_t ow = 0; ow < p->OW; ++ow) {
-          win_t ww = max_win(c->n, 2, c->adaptive, ow, p->W, p->OW);
+          win_t ww = c->win[p->OD + p->OH + ow];
           int64_t o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
           int64_t best_i = wd.b * HW + wh.b * p->W + ww.b;
           if (c->cd == TPU_DTYPE_I64) {
@@ -964,24 +960,41 @@ static tpu_status_t maxpool_planes(void* arg, int64_t b, int64_t e, int tid) {
   return NULL;
 }
 
+static win_t avg_win(const tpu_node_t* n, int dim, bool adaptive, int64_t o, int64_t in, int64_t out);
+
+/* The windows of every output position of each dim: they do not depend on the plane, so
+ * a node computes them once instead of per output element. NULL on host OOM. */
+static win_t* pool_windows(const tpu_node_t* n, const plane_t* p, bool adaptive, bool avg) {
+  const int64_t in[3] = {p->D, p->H, p->W}, out[3] = {p->OD, p->OH, p->OW};
+  win_t* t = tpu__malloc(sizeof(win_t) * (size_t)(out[0] + out[1] + out[2] + 1));
+  if (!t) return NULL;
+  win_t* w = t;
+  for (int d = 0; d < 3; ++d)
+    for (int64_t o = 0; o < out[d]; ++o)
+      *w++ = avg ? avg_win(n, d, adaptive, o, in[d], out[d]) : max_win(n, d, adaptive, o, in[d], out[d]);
+  return t;
+}
+
 static tpu_status_t maxpool_run(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t* X = &n->in[0];
-  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype, false};
+  pool_ctx_t c = {n, planes(n, X, &n->out[0]), NULL, n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype, false};
   int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   if (no == 0) return NULL;
   void *xo, *yo, *io;
   c.x = tpu__dense_in(X, c.cd, &xo);
   c.y = tpu__dense_out(n, &n->out[0], c.cd, false, &yo);
   c.ind = tpu__dense_out(n, &n->out[1], TPU_DTYPE_I64, false, &io);
+  win_t* win = pool_windows(n, &c.p, adaptive, false);
+  c.win = win;
   tpu_status_t st = NULL;
-  if (!c.x || !c.y || !c.ind) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!c.x || !c.y || !c.ind || !win) { st = TPU_HOST_NOMEM(); goto done; }
   int64_t taps = adaptive ? 1 : n->ia[0] * n->ia[1] * n->ia[2];
   st = tpu__parallel_for(c.p.P, pool_grain(&c.p, taps), maxpool_planes, &c);
   if (st) goto done;
   tpu__dense_out_done(&n->out[0], yo, c.cd);
   tpu__dense_out_done(&n->out[1], io, TPU_DTYPE_I64);
 done:
-  tpu__free(xo); tpu__free(yo); tpu__free(io);
+  tpu__free(xo); tpu__free(yo); tpu__free(io); tpu__free(win);
   return st;
 }
 
@@ -1013,7 +1026,7 @@ static tpu_status_t maxpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
 /* Backward of all max pools: in[0] grad_output, in[1] input, in[2] indices. */
 static tpu_status_t maxpool_bwd_kernel(tpu_node_t* n) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *IX = &n->in[2];
-  pool_ctx_t c = {n, planes(n, X, GO), n->compute, false, NULL, NULL, NULL, n->out[0].dtype, false};
+  pool_ctx_t c = {n, planes(n, X, GO), NULL, n->compute, false, NULL, NULL, NULL, n->out[0].dtype, false};
   size_t csz = tpu_dtype_size(c.cd);
   int64_t ni = c.p.P * c.p.D * c.p.H * c.p.W, no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   void* gi = c.y = alloc_elems(ni, csz, true);
@@ -1029,30 +1042,29 @@ done:
   return st;
 }
 
-/* Window of an average pool's output (od, oh, ow) clamped to the input, and the divisor
- * PyTorch uses: divisor_override, else the window's size within the padded input
- * (count_include_pad) or within the input; adaptive pools divide by the window's size. */
-static int64_t avg_window(const tpu_node_t* n, bool adaptive, const plane_t* p, const int64_t* o, win_t* w) {
-  const int64_t in[3] = {p->D, p->H, p->W}, out[3] = {p->OD, p->OH, p->OW};
-  int64_t pool = 1, inside = 1;
-  for (int d = 0; d < 3; ++d) {
-    w[d].st = 1;
-    if (adaptive) {
-      w[d].b = o[d] * in[d] / out[d];
-      w[d].e = ((o[d] + 1) * in[d] + out[d] - 1) / out[d];
-      pool *= w[d].e - w[d].b;
-      continue;
-    }
-    int64_t k = n->ia[d], s = n->ia[3 + d], pad = n->ia[6 + d];
-    int64_t b = o[d] * s - pad, e = b + k < in[d] + pad ? b + k : in[d] + pad;
-    pool *= e - b;
-    w[d].b = b < 0 ? 0 : b;
-    w[d].e = e > in[d] ? in[d] : e;
-    inside *= w[d].e - w[d].b;
+/* One dim's window of an average pool's output position o, clamped to the input, and
+ * its factor of the divisor PyTorch uses: the window's size within the padded input
+ * (count_include_pad) or within the input; adaptive pools divide by the window's size.
+ * The divisor is divisor_override (non-adaptive) or the product of the three factors. */
+static win_t avg_win(const tpu_node_t* n, int dim, bool adaptive, int64_t o, int64_t in, int64_t out) {
+  win_t w = {0, 0, 1, 0};
+  if (adaptive) {
+    w.b = o * in / out;
+    w.e = ((o + 1) * in + out - 1) / out;
+    w.f = w.e - w.b;
+    return w;
   }
-  if (adaptive) return pool;
-  if (n->ia[13]) return n->ia[13];
-  return n->ia[12] ? pool : inside;
+  int64_t k = n->ia[dim], s = n->ia[3 + dim], pad = n->ia[6 + dim];
+  int64_t b = o * s - pad, e = b + k < in + pad ? b + k : in + pad;
+  w.b = b < 0 ? 0 : b;
+  w.e = e > in ? in : e;
+  w.f = n->ia[12] ? e - b : w.e - w.b;
+  return w;
+}
+
+static int64_t avg_divisor(const pool_ctx_t* c, const win_t* w) {
+  if (!c->adaptive && c->n->ia[13]) return c->n->ia[13];
+  return w[0].f * w[1].f * w[2].f;
 }
 
 static bool win_empty(const win_t* w) { return w[0].b >= w[0].e || w[1].b >= w[1].e || w[2].b >= w[2].e; }
@@ -1066,9 +1078,9 @@ static tpu_status_t avgpool_fwd_planes(void* arg, int64_t b, int64_t e, int tid)
     for (int64_t od = 0; od < p->OD; ++od)
       for (int64_t oh = 0; oh < p->OH; ++oh)
         for (int64_t ow = 0; ow < p->OW; ++ow) {
-          int64_t pos[3] = {od, oh, ow}, o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
-          win_t w[3];
-          int64_t div = avg_window(c->n, c->adaptive, p, pos, w);
+          int64_t o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
+          win_t w[3] = {c->win[od], c->win[p->OD + oh], c->win[p->OD + p->OH + ow]};
+          int64_t div = avg_divisor(c, w);
           if (win_empty(w)) continue; /* stays 0 */
           if (c->cpu_order) {
             int64_t base = pl * V;
@@ -1098,13 +1110,20 @@ static tpu_status_t avgpool_fwd_planes(void* arg, int64_t b, int64_t e, int tid)
               for (int64_t h = w[1].b; h < w[1].e; ++h)
                 for (int64_t x = w[2].b; x < w[2].e; ++x) s += (uint64_t)xp[d * HW + h * p->W + x];
             ((int64_t*)c->y)[o] = div ? (int64_t)s / div : 0;
-          } else {
+          } else if (c->cd == TPU_DTYPE_F32) {
+            const float* xp = (const float*)c->x + pl * V;
             double s = 0;
             for (int64_t d = w[0].b; d < w[0].e; ++d)
               for (int64_t h = w[1].b; h < w[1].e; ++h)
-                for (int64_t x = w[2].b; x < w[2].e; ++x) s += ld_c(c->cd, c->x, pl * V + d * HW + h * p->W + x);
-            if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[o] = (float)(s / (double)div);
-            else ((double*)c->y)[o] = s / (double)div;
+                for (int64_t x = w[2].b; x < w[2].e; ++x) s += xp[d * HW + h * p->W + x];
+            ((float*)c->y)[o] = (float)(s / (double)div);
+          } else {
+            const double* xp = (const double*)c->x + pl * V;
+            double s = 0;
+            for (int64_t d = w[0].b; d < w[0].e; ++d)
+              for (int64_t h = w[1].b; h < w[1].e; ++h)
+                for (int64_t x = w[2].b; x < w[2].e; ++x) s += xp[d * HW + h * p->W + x];
+            ((double*)c->y)[o] = s / (double)div;
           }
         }
   return NULL;
@@ -1119,9 +1138,9 @@ static tpu_status_t avgpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
     for (int64_t od = 0; od < p->OD; ++od)
       for (int64_t oh = 0; oh < p->OH; ++oh)
         for (int64_t ow = 0; ow < p->OW; ++ow) {
-          int64_t pos[3] = {od, oh, ow}, o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
-          win_t w[3];
-          int64_t div = avg_window(c->n, c->adaptive, p, pos, w);
+          int64_t o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
+          win_t w[3] = {c->win[od], c->win[p->OD + oh], c->win[p->OD + p->OH + ow]};
+          int64_t div = avg_divisor(c, w);
           if (c->cpu_order) {
             if (c->cd == TPU_DTYPE_F32) {
               float gd = ((const float*)c->x)[o];
@@ -1143,14 +1162,18 @@ static tpu_status_t avgpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
             }
             continue;
           }
-          for (int64_t d = w[0].b; d < w[0].e; ++d)
-            for (int64_t h = w[1].b; h < w[1].e; ++h)
-              for (int64_t x = w[2].b; x < w[2].e; ++x) {
-                int64_t t = pl * V + d * HW + h * p->W + x;
-                if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[t] += ((const float*)c->x)[o] / (float)div;
-                else if (c->cd == TPU_DTYPE_F64) ((double*)c->y)[t] += ((const double*)c->x)[o] / (double)div;
-                else if (div) ((int64_t*)c->y)[t] += ((const int64_t*)c->x)[o] / div;
-              }
+          /* the share of grad_output each tap gets, then the taps */
+#define AVG_BWD_TAPS(T, share)                                                              \
+  {                                                                                         \
+    T g = share, *gp = (T*)c->y + pl * V;                                                   \
+    for (int64_t d = w[0].b; d < w[0].e; ++d)                                               \
+      for (int64_t h = w[1].b; h < w[1].e; ++h)                                             \
+        for (int64_t x = w[2].b; x < w[2].e; ++x) gp[d * HW + h * p->W + x] += g;           \
+  }
+          if (c->cd == TPU_DTYPE_F32) AVG_BWD_TAPS(float, ((const float*)c->x)[o] / (float)div)
+          else if (c->cd == TPU_DTYPE_F64) AVG_BWD_TAPS(double, ((const double*)c->x)[o] / (double)div)
+          else if (div) AVG_BWD_TAPS(int64_t, ((const int64_t*)c->x)[o] / div)
+#undef AVG_BWD_TAPS
         }
   return NULL;
 }
@@ -1161,40 +1184,44 @@ static int64_t avg_taps(const tpu_node_t* n, bool adaptive) {
 
 static tpu_status_t avgpool_fwd(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t* X = &n->in[0];
-  pool_ctx_t c = {n, planes(n, X, &n->out[0]), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
+  pool_ctx_t c = {n, planes(n, X, &n->out[0]), NULL, n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
                   adaptive && n->ia[14] == 3};
   size_t csz = tpu_dtype_size(c.cd);
   int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   if (no == 0) return NULL;
   void* x = tpu__pack_alloc(X, c.cd);
   void* y = alloc_elems(no, csz, true);
+  win_t* win = pool_windows(n, &c.p, adaptive, true);
   c.x = x;
   c.y = y;
+  c.win = win;
   tpu_status_t st = NULL;
-  if (!x || !y) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!x || !y || !win) { st = TPU_HOST_NOMEM(); goto done; }
   st = tpu__parallel_for(c.p.P, pool_grain(&c.p, avg_taps(n, adaptive)), avgpool_fwd_planes, &c);
   if (!st) tpu__unpack(&n->out[0], y, c.cd);
 done:
-  tpu__free(x); tpu__free(y);
+  tpu__free(x); tpu__free(y); tpu__free(win);
   return st;
 }
 
 static tpu_status_t avgpool_bwd(tpu_node_t* n, bool adaptive) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1];
-  pool_ctx_t c = {n, planes(n, X, GO), n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
+  pool_ctx_t c = {n, planes(n, X, GO), NULL, n->compute, adaptive, NULL, NULL, NULL, n->out[0].dtype,
                   adaptive && n->ia[14] == 3};
   size_t csz = tpu_dtype_size(c.cd);
   int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
   void* gi = alloc_elems(c.p.P * c.p.D * c.p.H * c.p.W, csz, true);
   void* go = no ? tpu__pack_alloc(GO, c.cd) : NULL;
+  win_t* win = pool_windows(n, &c.p, adaptive, true);
   c.x = go;
   c.y = gi;
+  c.win = win;
   tpu_status_t st = NULL;
-  if (!gi || (no && !go)) { st = TPU_HOST_NOMEM(); goto done; }
+  if (!gi || (no && !go) || !win) { st = TPU_HOST_NOMEM(); goto done; }
   if (no) st = tpu__parallel_for(c.p.P, pool_grain(&c.p, avg_taps(n, adaptive)), avgpool_bwd_planes, &c);
   if (!st) tpu__unpack(&n->out[0], gi, c.cd);
 done:
-  tpu__free(gi); tpu__free(go);
+  tpu__free(gi); tpu__free(go); tpu__free(win);
   return st;
 }
 
