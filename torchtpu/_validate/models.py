@@ -437,8 +437,15 @@ _HF_CONFIG_SET = {
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"], "num_hidden_layers": 2}},
     "sapiens2": {"head_config": {"upsample_out_channels": [32, 32], "conv_out_channels": [32],
                                  "scale_conv_out_channels": [32], "scale_final_hidden_sizes": [32, 32]}},
+    # the neck fuses every backbone stage (stride 4 to 32), but the default backbone
+    # returns only the last
     "pp_ocrv6_medium_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
-                            "scale_factor_list": [1, 2, 4, 8]},
+                            "scale_factor_list": [1, 2, 4, 8],
+                            "backbone_config": lambda: _sub_config_default("pp_ocrv6_medium_det", "backbone_config")},
+    # the small one's config names its backbone (PP-LCNetV3 x0.75, stride 4 to 32 stages) as a
+    # sub-config default that AutoConfig does not apply; the neck's input widths are its stages'
+    "pp_ocrv6_small_det": {"backbone_config": lambda: _sub_config_default("pp_ocrv6_small_det", "backbone_config"),
+                           "layer_list_out_channels": [48, 96, 192, 384]},
     "pp_ocrv5_server_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
                             "scale_factor_list": [1, 2, 4, 8]},  # stride 4, 8, 16, 32 features to stride 4
     "perception_lm": {"vision_config": {"architecture": "vit_pe_core_tiny_patch16_384",
@@ -496,10 +503,20 @@ _HF_CLASS_SET = {
 }
 
 
+def _sub_config_default(model_type, name):
+    """The sub-config a config class declares as its default (sub_configs_defaults) as a
+    dict, for configs whose constructor falls back to another default."""
+    from transformers import AutoConfig
+    spec = type(AutoConfig.for_model(model_type)).sub_configs_defaults[name]
+    return AutoConfig.for_model(spec.model_type, **spec.init_kwargs).to_dict()
+
+
 def _set_fields(d, fields):
     """Sets each field of `fields` in the config dict d; a dict value for a sub-config that
-    d has as a dict sets fields inside it."""
+    d has as a dict sets fields inside it; a callable value is called for the value."""
     for k, v in fields.items():
+        if callable(v):
+            v = v()
         if isinstance(v, dict) and isinstance(d.get(k), dict):
             _set_fields(d[k], v)
         else:
@@ -542,6 +559,7 @@ def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     cls = getattr(transformers, cls_name, None)
     if cls is None:
         raise Excluded(f"class {cls_name} is not exported by transformers")
+    _name_block_mask(cls)
     try:
         cfg0 = AutoConfig.for_model(model_type)
     except Exception as e:
@@ -563,6 +581,19 @@ def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     model, cfg = _hf_construct(cls, cfg0, d)
     model.eval()
     return Built(model, _hf_candidates(model, cfg, cls_name))
+
+
+def _name_block_mask(cls):
+    """Modeling code that imports flex attention's BlockMask only where flex attention is
+    available (transformers says it is not with a tpu host device) but names it in an
+    isinstance check on every path (Doge) gets the name: the check is then False, as for
+    any mask that is not a BlockMask."""
+    import sys
+    mod = sys.modules.get(cls.__module__)
+    if mod is not None and not hasattr(mod, "BlockMask") and "isinstance(attention_mask, BlockMask)" in \
+            (inspect.getsource(mod) if getattr(mod, "__file__", None) else ""):
+        from torch.nn.attention.flex_attention import BlockMask
+        mod.BlockMask = BlockMask
 
 
 def _hf_construct(cls, cfg0, d):
@@ -746,6 +777,9 @@ def _hf_candidates(model, cfg, cls_name):
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
         # keypoint matchers take image pairs: (batch, 2, channels, height, width)
         cands.append(("last", (), {"pixel_values": torch.randn(BATCH, 2, ch, h, w, generator=g)}))
+        # text-line recognizers (PP-OCR) pool the height down to one row; with the default
+        # backbone's stride 32 in both directions a line needs 96 rows
+        cands.append(("last", (), {"pixel_values": torch.randn(BATCH, ch, 96, 320, generator=g)}))
     elif main == "input_values":
         mel = _get([aud, cfg], "num_mel_bins", default=None)
         if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
