@@ -488,6 +488,9 @@ _HF_SHRUNK_SET = {
     # doubled): one input, one recurrent and one output layer
     "dory": {"num_hidden_layers": 6, "n_input_layers": 2, "n_recurrent_layers": 2, "n_output_layers": 2,
              "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"]},
+    # the patches of the multi-scale image are the ViT's images (shrunk to IMG); the input
+    # is then 4 of them wide (its smallest scale, 0.25, one patch)
+    "depth_pro": {"patch_size": IMG, "intermediate_hook_ids": [1, 0]},  # hooks: layers 11, 5 of 12 -> 1, 0 of 2
     # text tokens, then the image codebook's, then the audio codebook's (512 each after shrinking)
     "apertus1p5": {"image_token_offset": 200, "audio_token_offset": 712, "text_config": {"vocab_size": 1280}},
 }
@@ -706,6 +709,9 @@ def _hf_candidates(model, cfg, cls_name):
         return torch.randint(3, max(vocab, 4), shape, generator=g)
 
     h, w = _hw(_get([vis, cfg], "image_size", "img_size", "input_size", default=IMG))
+    sr = _get([cfg], "scaled_images_ratios")
+    if isinstance(sr, list) and sr and isinstance(_get([cfg], "patch_size"), int):
+        h = w = int(cfg.patch_size / min(sr))  # DepthPro: the smallest scale is one patch
     ch = _get([vis, cfg], "num_channels", "in_channels", "in_chans", default=3)
     ch = ch if isinstance(ch, int) else 3
     pixels = torch.randn(BATCH, ch, h, w, generator=g)
