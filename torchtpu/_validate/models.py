@@ -841,6 +841,15 @@ def _hf_candidates(model, cfg, cls_name):
             x.update(text_inputs())
         cands.insert(0, ("kw", (), x))
 
+    if "pixel_position_ids" in required and isinstance(_get([vis], "patch_size"), int):
+        # Gemma 4 vision: flattened patches of a (rows, cols) grid and their (x, y)
+        # positions, none padded; the grid is whole pooling windows
+        p, k = _get([vis], "patch_size"), _get([vis], "pooling_kernel_size", default=1)
+        r = c = 2 * k
+        pos = torch.stack(torch.meshgrid(torch.arange(c), torch.arange(r), indexing="xy"), -1).reshape(-1, 2)
+        cands.insert(0, ("kw", (), {"pixel_values": torch.rand(BATCH, r * c, ch * p * p, generator=g),
+                                    "pixel_position_ids": pos.expand(BATCH, -1, -1).clone()}))
+
     if "returns_to_go" in sig and isinstance(getattr(cfg, "state_dim", None), int):
         # Decision Transformer: a trajectory of states, actions, rewards and returns
         t = SEQ // 2
@@ -961,6 +970,20 @@ def _hf_candidates(model, cfg, cls_name):
                     y["attention_mask"] = torch.ones_like(t)
                 cands.append(("last", (), y))
 
+    ehs = _get([cfg], "encoder_hidden_size")
+    if "encoder_hidden_states" in sig and isinstance(ehs, int):
+        # a Q-Former on its own: its queries cross-attend to image features of this width
+        for _, _, x in list(cands):
+            if "encoder_hidden_states" not in x:
+                cands.append(("last", (), dict(x, encoder_hidden_states=torch.randn(BATCH, 8, ehs, generator=g))))
+    if main == "input_ids" and "input_features" in sig and cands:
+        # text-audio models (CLAP, CLVP): text and audio features together
+        base = cands[0][2]
+        cands += [("kw", (), dict(base, input_features=f)) for f in audio_features()]
+        if "is_longer" in sig:  # CLAP: one channel of (frames, mel bins), none longer than the window
+            cands.append(("kw", (), dict(base, input_features=torch.randn(BATCH, 1, 64, mel_bins, generator=g),
+                                         is_longer=torch.zeros(BATCH, 1, dtype=torch.bool))))
+
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
         return torch.cat([a, a + b], -1)
@@ -979,6 +1002,17 @@ def _hf_candidates(model, cfg, cls_name):
                 f = x[n[:-5]]
                 x[n] = torch.ones(f.shape[0], f.shape[1] if f.dim() > 2 and f.shape[1] != mel_bins else f.shape[-1],
                                   dtype=torch.bool)
+    for k, a, x in list(cands):
+        # padding masks a forward takes as optional but needs (AudioFlamingo 3's encoder):
+        # the same inputs with nothing padded, tried after them
+        extra = {}
+        for n in sig:
+            f = x.get(n[:-5]) if n.endswith("_mask") and n != "attention_mask" else None
+            if n not in x and isinstance(f, torch.Tensor) and f.is_floating_point() and f.dim() == 3:
+                extra[n] = torch.ones(f.shape[0], f.shape[1] if f.shape[1] != mel_bins else f.shape[-1],
+                                      dtype=torch.bool)
+        if extra:
+            cands.append(("last", a, dict(x, **extra)))
     return cands
 
 
