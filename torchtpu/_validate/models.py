@@ -874,13 +874,17 @@ def _hf_candidates(model, cfg, cls_name):
                                     "future_values": torch.randn(*shape(f), generator=g),
                                     "future_time_features": torch.randn(BATCH, f, tf, generator=g)}))
 
-    if "past_values_padding" in required and isinstance(getattr(cfg, "patch_length", None), int):
+    if "past_values_padding" in sig and isinstance(getattr(cfg, "patch_length", None), int):
         # TimesFM: a series of whole patches, nothing padded, one frequency class per series
         n = 4 * cfg.patch_length
         x = {"past_values": torch.randn(BATCH, n, generator=g), "past_values_padding": torch.zeros(BATCH, n)}
         if "freq" in required:
             x["freq"] = torch.zeros(BATCH, 1, dtype=torch.long)
         cands.insert(0, ("kw", (), x))
+    elif "past_values" in required and "forecast_context_len" in sig and isinstance(getattr(cfg, "patch_length", None), int):
+        # TimesFM 2.5's forecaster: a list of 1-D series of whole patches
+        n = 4 * cfg.patch_length
+        cands.insert(0, ("kw", (), {"past_values": [torch.randn(n, generator=g) for _ in range(BATCH)]}))
 
     gname = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
     if gname and ("hidden_states" in required or "pixel_values" in required):
