@@ -491,6 +491,9 @@ _HF_SHRUNK_SET = {
     # the patches of the multi-scale image are the ViT's images (shrunk to IMG); the input
     # is then 4 of them wide (its smallest scale, 0.25, one patch)
     "depth_pro": {"patch_size": IMG, "intermediate_hook_ids": [1, 0]},  # hooks: layers 11, 5 of 12 -> 1, 0 of 2
+    # the last num_blocks encoder layers also see the queries: 1 of the 2 kept
+    "eomt": {"num_blocks": 1},
+    "eomt_dinov3": {"num_blocks": 1},
     # text tokens, then the image codebook's, then the audio codebook's (512 each after shrinking)
     "apertus1p5": {"image_token_offset": 200, "audio_token_offset": 712, "text_config": {"vocab_size": 1280}},
 }

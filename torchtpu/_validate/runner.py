@@ -521,6 +521,9 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
                 worst = (et / bound, path, et, ec)
             if et > bound or bool((t.isnan() != r.isnan()).any()):
                 ok = False
+        if not ok and worst[1] is not None:
+            m["recheck"] = (f"vs the step in float64, the tpu's max error on {worst[1]} is {worst[2]:.3g}, "
+                            f"the CPU float32's {worst[3]:.3g} ({worst[0]:.3g}x the allowed)")
         if ok:
             m["status"], m["cause"] = "pass", None
             m["note"] = (f"float64 re-check: {m['detail']}; vs the step in float64, the tpu's max error on "
