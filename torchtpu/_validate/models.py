@@ -719,6 +719,8 @@ def _hf_candidates(model, cfg, cls_name):
     ch = ch if isinstance(ch, int) else 3
     pixels = torch.randn(BATCH, ch, h, w, generator=g)
     main = getattr(model, "main_input_name", "input_ids")
+    if isinstance(main, (list, tuple)):  # OneFormer: pixels and task tokens
+        main = main[0]
     required = [n for n, p in sig.items() if p.default is inspect.Parameter.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
 
@@ -999,7 +1001,9 @@ def _hf_candidates(model, cfg, cls_name):
             "qformer_input_ids": lambda: ids(), "qformer_attention_mask": lambda: torch.ones(BATCH, SEQ, dtype=torch.long),
             "query_embeds": lambda: torch.randn(BATCH, SEQ, hidden, generator=g),
             "prompt_pixel_values": lambda: pixels, "prompt_masks": lambda: pixels.clone(),
-            "pixel_values_videos": lambda: torch.randn(BATCH, 4, ch, h, w, generator=g)}
+            "pixel_values_videos": lambda: torch.randn(BATCH, 4, ch, h, w, generator=g),
+            # OneFormer: the tokenized task prompt ("the task is semantic"), task_seq_len long
+            "task_inputs": lambda: ids((BATCH, _get([cfg], "task_seq_len", default=SEQ)))}
     for _, _, x in cands:  # required arguments the generators above left out
         for n in required + [n for n in ("bbox",) if n in sig]:
             if n not in x and n in fill:
