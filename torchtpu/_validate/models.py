@@ -491,6 +491,13 @@ _HF_SHRUNK_SET = {
     # the patches of the multi-scale image are the ViT's images (shrunk to IMG); the input
     # is then 4 of them wide (its smallest scale, 0.25, one patch)
     "depth_pro": {"patch_size": IMG, "intermediate_hook_ids": [1, 0]},  # hooks: layers 11, 5 of 12 -> 1, 0 of 2
+    # TVP's visual prompt pads frames to max_img_size: the shrunk image size, 4 frames
+    # (the clips of the generic video inputs)
+    "tvp": {"max_img_size": IMG, "visual_prompt_size": 16, "num_frames": 4},
+    # pixel decoder widths equal to the (shrunk) transformer width, as in the default: where
+    # they differ OneFormer projects through convolutions held in a plain list, which
+    # Module.to() does not move (a transformers bug; the published configs never hit it)
+    "oneformer": {"conv_dim": 64, "mask_dim": 64},
     # the last num_blocks encoder layers also see the queries: 1 of the 2 kept
     "eomt": {"num_blocks": 1},
     "eomt_dinov3": {"num_blocks": 1},
@@ -715,6 +722,8 @@ def _hf_candidates(model, cfg, cls_name):
     sr = _get([cfg], "scaled_images_ratios")
     if isinstance(sr, list) and sr and isinstance(_get([cfg], "patch_size"), int):
         h = w = int(cfg.patch_size / min(sr))  # DepthPro: the smallest scale is one patch
+    if "prompt_pixel_values" in sig:
+        h = max(1, h // 2)  # SegGPT: the prompt image above the input image make the model's image
     ch = _get([vis, cfg], "num_channels", "in_channels", "in_chans", default=3)
     ch = ch if isinstance(ch, int) else 3
     pixels = torch.randn(BATCH, ch, h, w, generator=g)
@@ -1024,6 +1033,11 @@ def _hf_candidates(model, cfg, cls_name):
                                       dtype=torch.bool)
         if extra:
             cands.append(("last", a, dict(x, **extra)))
+    for k, a, x in list(cands):
+        # models that work for one sample only (TVP's position table is shaped by the batch
+        # size where it means the batch of frames): the same inputs, the first sample
+        if not a and x and all(isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[0] == BATCH for v in x.values()):
+            cands.append(("last", a, {n: v[:1] for n, v in x.items()}))
     return cands
 
 
