@@ -498,6 +498,7 @@ _HF_SHRUNK_SET = {
     # they differ OneFormer projects through convolutions held in a plain list, which
     # Module.to() does not move (a transformers bug; the published configs never hit it)
     "oneformer": {"conv_dim": 64, "mask_dim": 64},
+    "videomae": {"decoder_num_attention_heads": 4},  # the pre-training decoder's 6 heads of 384 -> 4 of 64
     # the last num_blocks encoder layers also see the queries: 1 of the 2 kept
     "eomt": {"num_blocks": 1},
     "eomt_dinov3": {"num_blocks": 1},
@@ -732,6 +733,8 @@ def _hf_candidates(model, cfg, cls_name):
         main = main[0]
     required = [n for n, p in sig.items() if p.default is inspect.Parameter.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
+    if main == "pixel_values" and main not in sig and "input_ids" in sig and "input_ids" not in required:
+        main = "input_ids"  # a text tower that inherits its model's main input name (SAM 3 Lite's)
 
     eos = _get([text, cfg], "eos_token_id")
     seq_cls_enc_dec = getattr(cfg, "is_encoder_decoder", False) and "ForSequenceClassification" in cls_name
@@ -1022,6 +1025,16 @@ def _hf_candidates(model, cfg, cls_name):
                 f = x[n[:-5]]
                 x[n] = torch.ones(f.shape[0], f.shape[1] if f.dim() > 2 and f.shape[1] != mel_bins else f.shape[-1],
                                   dtype=torch.bool)
+    p = _get([vis, cfg], "patch_size")
+    if "bool_masked_pos" in required and isinstance(p, int):
+        # masked-video pre-training (VideoMAE): every other patch (tubelet) masked, the same
+        # number in each sample
+        t = _get([vis, cfg], "tubelet_size", default=1)
+        for _, _, x in cands:
+            pv = x.get("pixel_values")
+            if isinstance(pv, torch.Tensor) and pv.dim() in (4, 5) and "bool_masked_pos" not in x:
+                n = (pv.shape[-2] // p) * (pv.shape[-1] // p) * (pv.shape[1] // t if pv.dim() == 5 else 1)
+                x["bool_masked_pos"] = (torch.arange(n) % 2 == 0).expand(pv.shape[0], n).clone()
     for k, a, x in list(cands):
         # padding masks a forward takes as optional but needs (AudioFlamingo 3's encoder):
         # the same inputs with nothing padded, tried after them
