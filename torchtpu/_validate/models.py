@@ -452,6 +452,9 @@ _HF_CONFIG_SET = {
                                         "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
                                                        "img_size": IMG}}},
     "timm_backbone": {"backbone": "resnet18"},
+    # LW-DETR's default has no projector level (the checkpoints have one, at scale 1): the
+    # four ViT stage outputs, concatenated, projected once
+    "lw_detr": {"projector_scale_factors": [1.0], "num_feature_levels": 1, "projector_in_channels": [256]},
     # the four layers the semantic segmentation head reads (the base-size default)
     "beit": {"out_indices": [3, 5, 7, 11], "out_features": ["stage3", "stage5", "stage7", "stage11"]},
     # attributes the modeling code reads from a (sub-)config that does not define them
@@ -498,7 +501,10 @@ _HF_SHRUNK_SET = {
     # they differ OneFormer projects through convolutions held in a plain list, which
     # Module.to() does not move (a transformers bug; the published configs never hit it)
     "oneformer": {"conv_dim": 64, "mask_dim": 64},
-    "videomae": {"decoder_num_attention_heads": 4},  # the pre-training decoder's 6 heads of 384 -> 4 of 64
+    "videomae": {"decoder_num_attention_heads": 4},
+    # RF-DETR picks its queries by top-k over the encoder tokens: 16 at 64x64 (patch 14)
+    "rf_detr": {"num_queries": 8},
+    "lw_detr": {"num_queries": 8},  # the same, patch 16  # the pre-training decoder's 6 heads of 384 -> 4 of 64
     # the last num_blocks encoder layers also see the queries: 1 of the 2 kept
     "eomt": {"num_blocks": 1},
     "eomt_dinov3": {"num_blocks": 1},
