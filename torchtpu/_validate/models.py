@@ -452,6 +452,8 @@ _HF_CONFIG_SET = {
                                         "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
                                                        "img_size": IMG}}},
     "timm_backbone": {"backbone": "resnet18"},
+    # UVDoc concatenates all six bridge stages; the default backbone returns only the last
+    "uvdoc": {"backbone_config": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": list(range(1, 7))}},
     # LW-DETR's default has no projector level (the checkpoints have one, at scale 1): the
     # four ViT stage outputs, concatenated, projected once
     "lw_detr": {"projector_scale_factors": [1.0], "num_feature_levels": 1, "projector_in_channels": [256]},
