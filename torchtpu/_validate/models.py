@@ -504,6 +504,11 @@ _HF_SHRUNK_SET = {
     # Module.to() does not move (a transformers bug; the published configs never hit it)
     "oneformer": {"conv_dim": 64, "mask_dim": 64},
     "videomae": {"decoder_num_attention_heads": 4},
+    # the encoder reads the HGNetV2 stages' widths from hidden_sizes, which that backbone
+    # does not use (its stage_out_channels, not shrunk, make the widths); a score threshold
+    # and a reading priority per label (the checkpoints' lists; the default has none)
+    "pp_doclayout_v2": {"backbone_config": {"hidden_sizes": [256, 512, 1024, 2048]},
+                        "class_thresholds": [0.5, 0.5], "class_order": [0, 1]},
     # RF-DETR picks its queries by top-k over the encoder tokens: 16 at 64x64 (patch 14)
     "rf_detr": {"num_queries": 8},
     "lw_detr": {"num_queries": 8},  # the same, patch 16  # the pre-training decoder's 6 heads of 384 -> 4 of 64
