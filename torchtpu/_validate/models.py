@@ -1004,6 +1004,17 @@ def _hf_candidates(model, cfg, cls_name):
                     y["attention_mask"] = torch.ones_like(t)
                 cands.append(("last", (), y))
 
+    if "decoder_input_values" in sig:
+        # SpeechT5: the decoder takes spectrogram frames (text-to-speech) or, without the
+        # pre-nets (the bare model), hidden states, like its encoder
+        wd = _get([cfg], "hidden_size", "d_model", default=64)
+        for _, _, x in list(cands):
+            if "decoder_input_values" not in x:
+                cands += [("kw", (), dict(x, decoder_input_values=torch.randn(BATCH, SEQ // 2, n, generator=g)))
+                          for n in dict.fromkeys((mel_bins, wd))]
+        if main == "input_values":
+            cands.append(("kw", (), {"input_values": torch.randn(BATCH, SEQ, wd, generator=g),
+                                     "decoder_input_values": torch.randn(BATCH, SEQ // 2, wd, generator=g)}))
     ehs = _get([cfg], "encoder_hidden_size")
     if "encoder_hidden_states" in sig and isinstance(ehs, int):
         # a Q-Former on its own: its queries cross-attend to image features of this width
