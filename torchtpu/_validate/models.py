@@ -357,6 +357,11 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         d["num_experts_per_tok"] = 2  # experts built but no routing width by default
     if d.get("default_language") is None and isinstance(d.get("languages"), list) and d["languages"]:
         d["default_language"] = d["languages"][0]  # X-MOD needs one adapter language
+    h0, h1 = orig.get("hidden_size"), d.get("hidden_size")
+    if isinstance(h0, int) and isinstance(h1, int) and h1 < h0 and not layers_only:
+        for k, v in list(d.items()):  # depthwise convolutions over the hidden width (Mimi's upsampler)
+            if k.endswith("_groups") and v == h0:
+                d[k] = h1
     if "use_cache" in d:
         d["use_cache"] = False
     if "pad_token_id" in d and d["pad_token_id"] is None:
@@ -1004,6 +1009,11 @@ def _hf_candidates(model, cfg, cls_name):
                     y["attention_mask"] = torch.ones_like(t)
                 cands.append(("last", (), y))
 
+    if "latents" in required:
+        # codec decoders (Mimi's, Pocket TTS's): continuous latents (batch, width, frames)
+        for wd in dict.fromkeys(x for x in (_get([cfg], "latent_dim"), _get([cfg], "codebook_dim"),
+                                           _get([cfg], "hidden_size")) if isinstance(x, int)):
+            cands.insert(0, ("kw", (), {"latents": torch.randn(BATCH, wd, SEQ, generator=g)}))
     if "decoder_input_values" in sig:
         # SpeechT5: the decoder takes spectrogram frames (text-to-speech) or, without the
         # pre-nets (the bare model), hidden states, like its encoder
