@@ -801,6 +801,8 @@ def _hf_candidates(model, cfg, cls_name):
         if "input_ids" not in sig and main in sig:  # e.g. Perceiver's `inputs`: ids, features or pixels
             width = _get([text, cfg], "d_model", "hidden_size", default=64)
             cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
+            # a speech encoder-decoder's `inputs`: raw audio, with decoder ids
+            cands.append(("kw", (), add_decoder({main: torch.randn(BATCH, 1600, generator=g)})))
             if "video" in main:  # video towers: (batch, frames, channels, height, width)
                 nf = _get([vis, cfg], "num_frames", default=4)
                 nf = nf if isinstance(nf, int) and 0 < nf <= 16 else 4
