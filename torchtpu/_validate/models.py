@@ -1016,6 +1016,13 @@ def _hf_candidates(model, cfg, cls_name):
         for wd in dict.fromkeys(x for x in (_get([cfg], "latent_dim"), _get([cfg], "codebook_dim"),
                                            _get([cfg], "hidden_size")) if isinstance(x, int)):
             cands.insert(0, ("kw", (), {"latents": torch.randn(BATCH, wd, SEQ, generator=g)}))
+    p = _get([vis, cfg], "patch_size")
+    if "target_sizes" in sig and main == "pixel_values" and isinstance(p, int):
+        # packed vision towers (MiniCPM-V): the patches of BATCH images side by side in one
+        # row, each image a (rows, cols) grid of patches given by target_sizes
+        r = max(2, min(h, w) // p // 2 * 2)
+        cands.append(("kw", (), {"pixel_values": torch.randn(1, ch, p, p * BATCH * r * r, generator=g),
+                                 "target_sizes": torch.tensor([[r, r]] * BATCH, dtype=torch.int32)}))
     if "decoder_input_values" in sig:
         # SpeechT5: the decoder takes spectrogram frames (text-to-speech) or, without the
         # pre-nets (the bare model), hidden states, like its encoder
