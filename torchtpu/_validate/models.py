@@ -946,6 +946,10 @@ def _hf_candidates(model, cfg, cls_name):
             if "merge_sizes" in required:
                 kw["merge_sizes"] = torch.tensor([m] * BATCH)
             cands.insert(0, ("kw", (), kw))
+        # Inkling 2: one (merge * p, merge * p, channels) pixel block per merged token, the
+        # grid counted in merged tokens
+        cands.insert(len(patches), ("kw", (), {first: torch.randn(n // (m * m), m * p, m * p, c, generator=g),
+                                               gname: torch.tensor([[1, 2, 2]] * BATCH)}))
 
     if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
         # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
