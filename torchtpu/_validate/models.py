@@ -724,7 +724,7 @@ def _hw(v):
 
 def _hf_candidates(model, cfg, cls_name):
     sig = inspect.signature(model.forward).parameters
-    text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config") or cfg
+    text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config", "model_config") or cfg
     vis = _sub(cfg, "vision_config", "encoder", "image_encoder", "backbone_config") or cfg
     aud = _sub(cfg, "audio_config", "encoder", "encoder_config", "speech_config") or cfg
     g = torch.Generator().manual_seed(0)
@@ -1020,6 +1020,13 @@ def _hf_candidates(model, cfg, cls_name):
         for wd in dict.fromkeys(x for x in (_get([cfg], "latent_dim"), _get([cfg], "codebook_dim"),
                                            _get([cfg], "hidden_size")) if isinstance(x, int)):
             cands.insert(0, ("kw", (), {"latents": torch.randn(BATCH, wd, SEQ, generator=g)}))
+    pe = _get([vis], "patch_embed_hidden_size")
+    if main == "flattened_patches" and isinstance(pe, int):
+        # Pix2Struct: each patch is (row, column, its pixels), an 8 x 8 grid per image
+        rc = torch.stack(torch.meshgrid(torch.arange(1, 9), torch.arange(1, 9), indexing="ij"), -1).reshape(-1, 2)
+        fp = torch.cat([rc.float().expand(BATCH, -1, -1), torch.randn(BATCH, 64, pe, generator=g)], -1)
+        cands.insert(0, ("kw", (), add_decoder({"flattened_patches": fp,
+                                                "attention_mask": torch.ones(BATCH, 64)})))
     p = _get([vis, cfg], "patch_size")
     if "target_sizes" in sig and main == "pixel_values" and isinstance(p, int):
         # packed vision towers (MiniCPM-V): the patches of BATCH images side by side in one
