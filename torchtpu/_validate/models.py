@@ -509,6 +509,10 @@ _HF_SHRUNK_SET = {
     # Module.to() does not move (a transformers bug; the published configs never hit it)
     "oneformer": {"conv_dim": 64, "mask_dim": 64},
     "videomae": {"decoder_num_attention_heads": 4},
+    # vision layers whose features are injected at LLM layers (the default has none; the
+    # checkpoints map deep layers): the 2 kept of each, and the 4 spatial groups' LLM layers
+    "granite4_vision": {"deepstack_layer_map": [[0, 0], [1, 1]], "spatial_target_layers": [0, 0, 1, 1],
+                        "downsample_rate": "1/2"},  # and a Q-Former window rate (none by default)
     # the encoder reads the HGNetV2 stages' widths from hidden_sizes, which that backbone
     # does not use (its stage_out_channels, not shrunk, make the widths); a score threshold
     # and a reading priority per label (the checkpoints' lists; the default has none)
