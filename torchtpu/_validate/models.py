@@ -532,6 +532,8 @@ _HF_SHRUNK_SET = {
 _HF_CLASS_SET = {
     "ReformerModelWithLMHead": {"is_decoder": True},   # its constructor requires a decoder
     "T5GemmaEncoderModel": {"is_encoder_decoder": False},
+    # the intermediate layers whose outputs join the last one's: the 2 kept of 32
+    "MllamaVisionModel": {"vision_config": {"intermediate_layers_indices": [0, 1], "vision_output_dim": 3 * 64}},
     "T5ForSequenceClassification": {"decoder_start_token_id": 0},  # decoder ids from input_ids
     # cross-attention over preprocessed pixels whose width (261, 322) no head count > 1 divides
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
@@ -1024,6 +1026,15 @@ def _hf_candidates(model, cfg, cls_name):
         for wd in dict.fromkeys(x for x in (_get([cfg], "latent_dim"), _get([cfg], "codebook_dim"),
                                            _get([cfg], "hidden_size")) if isinstance(x, int)):
             cands.insert(0, ("kw", (), {"latents": torch.randn(BATCH, wd, SEQ, generator=g)}))
+    nt = _get([vis, cfg], "max_num_tiles")
+    if "aspect_ratio_ids" in required and isinstance(nt, int):
+        # Mllama vision: one image of max_num_tiles tiles per sample, aspect ratio id 1 (one
+        # tile used, the rest masked)
+        mask = torch.zeros(BATCH, 1, nt, dtype=torch.long)
+        mask[..., 0] = 1
+        cands.insert(0, ("kw", (), {"pixel_values": torch.randn(BATCH, 1, nt, ch, h, w, generator=g),
+                                    "aspect_ratio_ids": torch.ones(BATCH, 1, dtype=torch.long),
+                                    "aspect_ratio_mask": mask}))
     pe = _get([vis], "patch_embed_hidden_size")
     if main == "flattened_patches" and isinstance(pe, int):
         # Pix2Struct: each patch is (row, column, its pixels), an 8 x 8 grid per image
