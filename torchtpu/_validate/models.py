@@ -509,6 +509,10 @@ _HF_SHRUNK_SET = {
     # Module.to() does not move (a transformers bug; the published configs never hit it)
     "oneformer": {"conv_dim": 64, "mask_dim": 64},
     "videomae": {"decoder_num_attention_heads": 4},
+    # Llama 4's vision adapter: a pixel shuffle (ratio 0.5) makes 4x the width, which its MLP
+    # takes as intermediate_size (5632 = 4 x 1408 in the checkpoints)
+    "llama4": {"vision_config": {"intermediate_size": 256, "projector_input_dim": 64, "projector_output_dim": 64,
+                                 "vision_output_dim": 64}},
     # vision layers whose features are injected at LLM layers (the default has none; the
     # checkpoints map deep layers): the 2 kept of each, and the 4 spatial groups' LLM layers
     "granite4_vision": {"deepstack_layer_map": [[0, 0], [1, 1]], "spatial_target_layers": [0, 0, 1, 1],
