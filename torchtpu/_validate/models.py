@@ -969,6 +969,12 @@ def _hf_candidates(model, cfg, cls_name):
             if "pixel_values" in x:
                 x["noise"] = noise
 
+    cbv, ncb = _get([cfg], "codebook_vocab_size"), _get([cfg], "num_codebooks")
+    if main == "input_ids" and isinstance(cbv, int) and isinstance(ncb, int) and cands:
+        # Kyutai STT: a text token and one token per audio codebook at each step (batch, seq, 1 + codebooks)
+        t = torch.randint(3, max(4, min(vocab, cbv)), (BATCH, SEQ, 1 + ncb), generator=g)
+        cands.append(("kw", (), {"input_ids": t, **({"attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long)}
+                                                    if "attention_mask" in sig else {})}))
     ncb = _get([text, cfg], "num_codebooks")
     if isinstance(ncb, int) and ncb > 1:
         # audio-token decoders (MusicGen) take one id row per codebook: (batch * codebooks, seq)
