@@ -797,6 +797,9 @@ def _hf_candidates(model, cfg, cls_name):
         if mel != 128:  # 128 mel bins where the config does not say (Gemma 4 audio's subsampler)
             cands.append(torch.randn(BATCH, 64, 128, generator=g))
         cands.append(torch.randn(BATCH, 64, 4 * mel, generator=g))  # 4 stacked frames (Granite Speech)
+        nsf = _get([aud, cfg], "num_stacked_frames")
+        if isinstance(nsf, int) and nsf not in (1, 4):  # Fun-ASR: 7 stacked frames
+            cands.append(torch.randn(BATCH, 64, nsf * mel, generator=g))
         return cands
 
     cands = []
@@ -1036,6 +1039,14 @@ def _hf_candidates(model, cfg, cls_name):
         for wd in dict.fromkeys(x for x in (_get([cfg], "latent_dim"), _get([cfg], "codebook_dim"),
                                            _get([cfg], "hidden_size")) if isinstance(x, int)):
             cands.insert(0, ("kw", (), {"latents": torch.randn(BATCH, wd, SEQ, generator=g)}))
+    if "classes_structure" in required:
+        # OmDet-Turbo: 3 class prompts per image (tokenized, flattened over the batch) and a task prompt
+        k = 3
+        cands.insert(0, ("kw", (), {"pixel_values": pixels, "classes_input_ids": ids((BATCH * k, 8)),
+                                    "classes_attention_mask": torch.ones(BATCH * k, 8, dtype=torch.long),
+                                    "tasks_input_ids": ids((BATCH, SEQ)),
+                                    "tasks_attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long),
+                                    "classes_structure": torch.full((BATCH,), k, dtype=torch.long)}))
     nt = _get([vis, cfg], "max_num_tiles")
     if "aspect_ratio_ids" in required and isinstance(nt, int):
         # Mllama vision: one image of max_num_tiles tiles per sample, aspect ratio id 1 (one
