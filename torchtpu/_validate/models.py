@@ -122,7 +122,7 @@ _FFN = ("intermediate_size", "ffn_dim", "n_inner", "encoder_ffn_dim", "decoder_f
 _POS = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
         "max_length", "max_seq_len", "max_sequence_length", "seq_length", "block_size")
 _EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k")
+_TOPK = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "num_selected_experts", "moe_k")
 _VOCAB = 1000
 
 
