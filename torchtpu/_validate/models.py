@@ -509,6 +509,9 @@ _HF_SHRUNK_SET = {
     # Module.to() does not move (a transformers bug; the published configs never hit it)
     "oneformer": {"conv_dim": 64, "mask_dim": 64},
     "videomae": {"decoder_num_attention_heads": 4},
+    # CLAP's audio Swin doubles its patch width at each stage: 2 stages of 32 end at the
+    # shrunk hidden size (96 x 8 = 768 in the default)
+    "clap": {"audio_config": {"patch_embeds_hidden_size": 32}},
     # Llama 4's vision adapter: a pixel shuffle (ratio 0.5) makes 4x the width, which its MLP
     # takes as intermediate_size (5632 = 4 x 1408 in the checkpoints)
     "llama4": {"vision_config": {"intermediate_size": 256, "projector_input_dim": 64, "projector_output_dim": 64,
