@@ -1050,6 +1050,10 @@ def _hf_candidates(model, cfg, cls_name):
                                     "tasks_input_ids": ids((BATCH, SEQ)),
                                     "tasks_attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long),
                                     "classes_structure": torch.full((BATCH,), k, dtype=torch.long)}))
+    if "audio_mel" in required and isinstance(_get([cfg], "input_feat_size"), int):
+        # Gemma 3n's audio encoder: (batch, frames, mel bins) and its padding mask (none padded)
+        cands.insert(0, ("kw", (), {"audio_mel": torch.randn(BATCH, 64, cfg.input_feat_size, generator=g),
+                                    "audio_mel_mask": torch.zeros(BATCH, 64, dtype=torch.bool)}))
     nt = _get([vis, cfg], "max_num_tiles")
     if "aspect_ratio_ids" in required and isinstance(nt, int):
         # Mllama vision: one image of max_num_tiles tiles per sample, aspect ratio id 1 (one
