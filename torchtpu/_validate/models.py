@@ -800,6 +800,7 @@ def _hf_candidates(model, cfg, cls_name):
         if mel != 128:  # 128 mel bins where the config does not say (Gemma 4 audio's subsampler)
             cands.append(torch.randn(BATCH, 64, 128, generator=g))
         cands.append(torch.randn(BATCH, 64, 4 * mel, generator=g))  # 4 stacked frames (Granite Speech)
+        cands.append(torch.randn(BATCH, mel, 8 * SEQ, generator=g))  # one token per 8 frames (Voxtral Realtime)
         nsf = _get([aud, cfg], "num_stacked_frames")
         if isinstance(nsf, int) and nsf not in (1, 4):  # Fun-ASR: 7 stacked frames
             cands.append(torch.randn(BATCH, 64, nsf * mel, generator=g))
