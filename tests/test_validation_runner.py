@@ -1,6 +1,8 @@
 """The validator's judgment of one model (torchtpu/_validate/runner.py), on small
 hand-made models: the tpu runs start from the model as built, and the float64 re-check
 of a mismatch accepts integer outputs that equal the CPU's."""
+import copy
+
 import torch
 from torch import nn
 
@@ -61,3 +63,100 @@ def test_float64_recheck_accepts_equal_integer_outputs():
 def test_float64_recheck_refuses_different_integer_outputs():
     m = _recheck(labels_equal=False)
     assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+class TwoLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)))
+
+
+def _train_recheck(wrong):
+    """A training-step mismatch re-judged in float64: the tpu gradients are as far from
+    the float64 step as the CPU's float32 ones (on the other side), or one is wrong."""
+    model = TwoLayer()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    cand = ("x", (x,), {})
+    ref_model = copy.deepcopy(model)
+    loss = R._loss_of(R.call(ref_model, cand))
+    loss.backward()
+    ref = {"loss": loss.detach(), "grad": {n: p.grad for n, p in ref_model.named_parameters()}}
+    m64 = copy.deepcopy(model).double()
+    loss64 = R._loss_of(m64(x.double()))
+    loss64.backward()
+    tpu = {}
+    for path, c in R.flatten(ref):
+        r = loss64.detach() if path == "loss" else dict(m64.named_parameters())[path[5:]].grad
+        tpu[path] = (2 * r - c.double()).float()
+    if wrong:
+        tpu["grad.a.bias"] = tpu["grad.a.bias"].clone()
+        tpu["grad.a.bias"][3] *= 1.05   # a 5% error in one element
+    res = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "grad.a.bias: ...",
+                                "_tpu_out": tpu}}}
+    R._recheck_train_in_float64(model, cand, ref, res)
+    return res["modes"]["strict"]
+
+
+def test_train_float64_recheck_accepts_cpu_sized_errors():
+    m = _train_recheck(wrong=False)
+    assert m["status"] == "pass" and "float64 re-check" in m["note"], m
+
+
+def test_train_float64_recheck_refuses_a_wrong_gradient():
+    m = _train_recheck(wrong=True)
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+class DrawsNoise(nn.Module):
+    """Like VITS or Informer: eval-mode forward draws random numbers (out of place, like a
+    tensor, and in place)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        noise = torch.randn_like(x) + torch.empty(x.shape, device=x.device).normal_()
+        keep = torch.multinomial(torch.ones(x.shape[-1], device=x.device), 2)
+        return self.lin(x + noise)[:, keep]
+
+
+class DropsOutAlways(nn.Module):
+    """Draws inside a C++ kernel (dropout with training=True), which the recorder cannot see."""
+
+    def forward(self, x):
+        return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+def _run_built(model, monkeypatch, train=False):
+    built = M.Built(model, [("x", (torch.randn(3, 4, generator=torch.Generator().manual_seed(0)),), {})])
+    monkeypatch.setattr(M, "build", lambda model_id, variant=0: built)
+    monkeypatch.setattr(M, "variants", lambda model_id: 1)
+    return R.run_model("tv/random/test", modes=("strict", "defer_and_fuse"), train=train)
+
+
+def test_random_draws_in_forward_are_replayed_on_tpu(monkeypatch):
+    res = _run_built(DrawsNoise(), monkeypatch, train=True)
+    assert res["status"] == "pass", res
+    assert res["random_replayed"] == 3, res
+    assert all(m["status"] == "pass" for m in res["train"]["modes"].values()), res["train"]
+
+
+def test_random_draws_the_recorder_cannot_see_stay_excluded(monkeypatch):
+    res = _run_built(DropsOutAlways(), monkeypatch)
+    assert res["status"] == "excluded" and "cannot replay" in res["reason"], res
+
+
+def test_replay_refuses_a_run_that_draws_differently():
+    from torchtpu._validate import rng
+    _, log = rng.record(lambda: torch.randn(3))
+    try:
+        rng.replay(lambda: torch.rand(3), log)
+    except rng.ReplayMismatch as e:
+        assert "rand" in str(e)
+    else:
+        raise AssertionError("a different random call was answered from the record")

@@ -122,7 +122,7 @@ _FFN = ("intermediate_size", "ffn_dim", "n_inner", "encoder_ffn_dim", "decoder_f
 _POS = ("max_position_embeddings", "n_positions", "max_target_positions", "n_ctx",
         "max_length", "max_seq_len", "max_sequence_length", "seq_length", "block_size")
 _EXPERTS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_TOPK = ("num_experts_per_tok", "moe_topk", "top_k", "num_selected_experts", "moe_k")
+_TOPK = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "num_selected_experts", "moe_k")
 _VOCAB = 1000
 
 
@@ -357,6 +357,11 @@ def _shrink_dict(d, keep_images=False, layers_only=False, cover_types=True):
         d["num_experts_per_tok"] = 2  # experts built but no routing width by default
     if d.get("default_language") is None and isinstance(d.get("languages"), list) and d["languages"]:
         d["default_language"] = d["languages"][0]  # X-MOD needs one adapter language
+    h0, h1 = orig.get("hidden_size"), d.get("hidden_size")
+    if isinstance(h0, int) and isinstance(h1, int) and h1 < h0 and not layers_only:
+        for k, v in list(d.items()):  # depthwise convolutions over the hidden width (Mimi's upsampler)
+            if k.endswith("_groups") and v == h0:
+                d[k] = h1
     if "use_cache" in d:
         d["use_cache"] = False
     if "pad_token_id" in d and d["pad_token_id"] is None:
@@ -437,14 +442,26 @@ _HF_CONFIG_SET = {
     "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"], "num_hidden_layers": 2}},
     "sapiens2": {"head_config": {"upsample_out_channels": [32, 32], "conv_out_channels": [32],
                                  "scale_conv_out_channels": [32], "scale_final_hidden_sizes": [32, 32]}},
+    # the neck fuses every backbone stage (stride 4 to 32), but the default backbone
+    # returns only the last
     "pp_ocrv6_medium_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
-                            "scale_factor_list": [1, 2, 4, 8]},
+                            "scale_factor_list": [1, 2, 4, 8],
+                            "backbone_config": lambda: _sub_config_default("pp_ocrv6_medium_det", "backbone_config")},
+    # the small one's config names its backbone (PP-LCNetV3 x0.75, stride 4 to 32 stages) as a
+    # sub-config default that AutoConfig does not apply; the neck's input widths are its stages'
+    "pp_ocrv6_small_det": {"backbone_config": lambda: _sub_config_default("pp_ocrv6_small_det", "backbone_config"),
+                           "layer_list_out_channels": [48, 96, 192, 384]},
     "pp_ocrv5_server_det": {"intraclass_block_config": _intraclass_block(), "kernel_list": [3, 2, 2],
                             "scale_factor_list": [1, 2, 4, 8]},  # stride 4, 8, 16, 32 features to stride 4
     "perception_lm": {"vision_config": {"architecture": "vit_pe_core_tiny_patch16_384",
                                         "model_args": {"embed_dim": 64, "depth": 2, "num_heads": 4,
                                                        "img_size": IMG}}},
     "timm_backbone": {"backbone": "resnet18"},
+    # UVDoc concatenates all six bridge stages; the default backbone returns only the last
+    "uvdoc": {"backbone_config": {"out_features": [f"stage{i}" for i in range(1, 7)], "out_indices": list(range(1, 7))}},
+    # LW-DETR's default has no projector level (the checkpoints have one, at scale 1): the
+    # four ViT stage outputs, concatenated, projected once
+    "lw_detr": {"projector_scale_factors": [1.0], "num_feature_levels": 1, "projector_in_channels": [256]},
     # the four layers the semantic segmentation head reads (the base-size default)
     "beit": {"out_indices": [3, 5, 7, 11], "out_features": ["stage3", "stage5", "stage7", "stage11"]},
     # attributes the modeling code reads from a (sub-)config that does not define them
@@ -481,6 +498,39 @@ _HF_SHRUNK_SET = {
     # doubled): one input, one recurrent and one output layer
     "dory": {"num_hidden_layers": 6, "n_input_layers": 2, "n_recurrent_layers": 2, "n_output_layers": 2,
              "layer_types": ["sliding_attention", "mlp", "full_attention", "mlp", "sliding_attention", "mlp"]},
+    # the patches of the multi-scale image are the ViT's images (shrunk to IMG); the input
+    # is then 4 of them wide (its smallest scale, 0.25, one patch)
+    "depth_pro": {"patch_size": IMG, "intermediate_hook_ids": [1, 0]},  # hooks: layers 11, 5 of 12 -> 1, 0 of 2
+    # TVP's visual prompt pads frames to max_img_size: the shrunk image size, 4 frames
+    # (the clips of the generic video inputs)
+    "tvp": {"max_img_size": IMG, "visual_prompt_size": 16, "num_frames": 4},
+    # pixel decoder widths equal to the (shrunk) transformer width, as in the default: where
+    # they differ OneFormer projects through convolutions held in a plain list, which
+    # Module.to() does not move (a transformers bug; the published configs never hit it)
+    "oneformer": {"conv_dim": 64, "mask_dim": 64},
+    "videomae": {"decoder_num_attention_heads": 4},
+    # CLAP's audio Swin doubles its patch width at each stage: 2 stages of 32 end at the
+    # shrunk hidden size (96 x 8 = 768 in the default)
+    "clap": {"audio_config": {"patch_embeds_hidden_size": 32}},
+    # Llama 4's vision adapter: a pixel shuffle (ratio 0.5) makes 4x the width, which its MLP
+    # takes as intermediate_size (5632 = 4 x 1408 in the checkpoints)
+    "llama4": {"vision_config": {"intermediate_size": 256, "projector_input_dim": 64, "projector_output_dim": 64,
+                                 "vision_output_dim": 64}},
+    # vision layers whose features are injected at LLM layers (the default has none; the
+    # checkpoints map deep layers): the 2 kept of each, and the 4 spatial groups' LLM layers
+    "granite4_vision": {"deepstack_layer_map": [[0, 0], [1, 1]], "spatial_target_layers": [0, 0, 1, 1],
+                        "downsample_rate": "1/2"},  # and a Q-Former window rate (none by default)
+    # the encoder reads the HGNetV2 stages' widths from hidden_sizes, which that backbone
+    # does not use (its stage_out_channels, not shrunk, make the widths); a score threshold
+    # and a reading priority per label (the checkpoints' lists; the default has none)
+    "pp_doclayout_v2": {"backbone_config": {"hidden_sizes": [256, 512, 1024, 2048]},
+                        "class_thresholds": [0.5, 0.5], "class_order": [0, 1]},
+    # RF-DETR picks its queries by top-k over the encoder tokens: 16 at 64x64 (patch 14)
+    "rf_detr": {"num_queries": 8},
+    "lw_detr": {"num_queries": 8},  # the same, patch 16  # the pre-training decoder's 6 heads of 384 -> 4 of 64
+    # the last num_blocks encoder layers also see the queries: 1 of the 2 kept
+    "eomt": {"num_blocks": 1},
+    "eomt_dinov3": {"num_blocks": 1},
     # text tokens, then the image codebook's, then the audio codebook's (512 each after shrinking)
     "apertus1p5": {"image_token_offset": 200, "audio_token_offset": 712, "text_config": {"vocab_size": 1280}},
 }
@@ -489,6 +539,8 @@ _HF_SHRUNK_SET = {
 _HF_CLASS_SET = {
     "ReformerModelWithLMHead": {"is_decoder": True},   # its constructor requires a decoder
     "T5GemmaEncoderModel": {"is_encoder_decoder": False},
+    # the intermediate layers whose outputs join the last one's: the 2 kept of 32
+    "MllamaVisionModel": {"vision_config": {"intermediate_layers_indices": [0, 1], "vision_output_dim": 3 * 64}},
     "T5ForSequenceClassification": {"decoder_start_token_id": 0},  # decoder ids from input_ids
     # cross-attention over preprocessed pixels whose width (261, 322) no head count > 1 divides
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
@@ -496,10 +548,20 @@ _HF_CLASS_SET = {
 }
 
 
+def _sub_config_default(model_type, name):
+    """The sub-config a config class declares as its default (sub_configs_defaults) as a
+    dict, for configs whose constructor falls back to another default."""
+    from transformers import AutoConfig
+    spec = type(AutoConfig.for_model(model_type)).sub_configs_defaults[name]
+    return AutoConfig.for_model(spec.model_type, **spec.init_kwargs).to_dict()
+
+
 def _set_fields(d, fields):
     """Sets each field of `fields` in the config dict d; a dict value for a sub-config that
-    d has as a dict sets fields inside it."""
+    d has as a dict sets fields inside it; a callable value is called for the value."""
     for k, v in fields.items():
+        if callable(v):
+            v = v()
         if isinstance(v, dict) and isinstance(d.get(k), dict):
             _set_fields(d[k], v)
         else:
@@ -542,6 +604,7 @@ def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     cls = getattr(transformers, cls_name, None)
     if cls is None:
         raise Excluded(f"class {cls_name} is not exported by transformers")
+    _name_block_mask(cls)
     try:
         cfg0 = AutoConfig.for_model(model_type)
     except Exception as e:
@@ -563,6 +626,19 @@ def _hf_build_once(model_type, cls_name, variant, cover_types, repair=False):
     model, cfg = _hf_construct(cls, cfg0, d)
     model.eval()
     return Built(model, _hf_candidates(model, cfg, cls_name))
+
+
+def _name_block_mask(cls):
+    """Modeling code that imports flex attention's BlockMask only where flex attention is
+    available (transformers says it is not with a tpu host device) but names it in an
+    isinstance check on every path (Doge) gets the name: the check is then False, as for
+    any mask that is not a BlockMask."""
+    import sys
+    mod = sys.modules.get(cls.__module__)
+    if mod is not None and not hasattr(mod, "BlockMask") and "isinstance(attention_mask, BlockMask)" in \
+            (inspect.getsource(mod) if getattr(mod, "__file__", None) else ""):
+        from torch.nn.attention.flex_attention import BlockMask
+        mod.BlockMask = BlockMask
 
 
 def _hf_construct(cls, cfg0, d):
@@ -661,7 +737,7 @@ def _hw(v):
 
 def _hf_candidates(model, cfg, cls_name):
     sig = inspect.signature(model.forward).parameters
-    text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config") or cfg
+    text = _sub(cfg, "text_config", "decoder", "text_encoder", "language_config", "model_config") or cfg
     vis = _sub(cfg, "vision_config", "encoder", "image_encoder", "backbone_config") or cfg
     aud = _sub(cfg, "audio_config", "encoder", "encoder_config", "speech_config") or cfg
     g = torch.Generator().manual_seed(0)
@@ -675,12 +751,21 @@ def _hf_candidates(model, cfg, cls_name):
         return torch.randint(3, max(vocab, 4), shape, generator=g)
 
     h, w = _hw(_get([vis, cfg], "image_size", "img_size", "input_size", default=IMG))
+    sr = _get([cfg], "scaled_images_ratios")
+    if isinstance(sr, list) and sr and isinstance(_get([cfg], "patch_size"), int):
+        h = w = int(cfg.patch_size / min(sr))  # DepthPro: the smallest scale is one patch
+    if "prompt_pixel_values" in sig:
+        h = max(1, h // 2)  # SegGPT: the prompt image above the input image make the model's image
     ch = _get([vis, cfg], "num_channels", "in_channels", "in_chans", default=3)
     ch = ch if isinstance(ch, int) else 3
     pixels = torch.randn(BATCH, ch, h, w, generator=g)
     main = getattr(model, "main_input_name", "input_ids")
+    if isinstance(main, (list, tuple)):  # OneFormer: pixels and task tokens
+        main = main[0]
     required = [n for n, p in sig.items() if p.default is inspect.Parameter.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and n != "self"]
+    if main == "pixel_values" and main not in sig and "input_ids" in sig and "input_ids" not in required:
+        main = "input_ids"  # a text tower that inherits its model's main input name (SAM 3 Lite's)
 
     eos = _get([text, cfg], "eos_token_id")
     seq_cls_enc_dec = getattr(cfg, "is_encoder_decoder", False) and "ForSequenceClassification" in cls_name
@@ -715,6 +800,10 @@ def _hf_candidates(model, cfg, cls_name):
         if mel != 128:  # 128 mel bins where the config does not say (Gemma 4 audio's subsampler)
             cands.append(torch.randn(BATCH, 64, 128, generator=g))
         cands.append(torch.randn(BATCH, 64, 4 * mel, generator=g))  # 4 stacked frames (Granite Speech)
+        cands.append(torch.randn(BATCH, mel, 8 * SEQ, generator=g))  # one token per 8 frames (Voxtral Realtime)
+        nsf = _get([aud, cfg], "num_stacked_frames")
+        if isinstance(nsf, int) and nsf not in (1, 4):  # Fun-ASR: 7 stacked frames
+            cands.append(torch.randn(BATCH, 64, nsf * mel, generator=g))
         return cands
 
     cands = []
@@ -729,6 +818,8 @@ def _hf_candidates(model, cfg, cls_name):
         if "input_ids" not in sig and main in sig:  # e.g. Perceiver's `inputs`: ids, features or pixels
             width = _get([text, cfg], "d_model", "hidden_size", default=64)
             cands += [("kw", (), {main: x}) for x in (ids(), pixels, torch.randn(BATCH, SEQ, width, generator=g))]
+            # a speech encoder-decoder's `inputs`: raw audio, with decoder ids
+            cands.append(("kw", (), add_decoder({main: torch.randn(BATCH, 1600, generator=g)})))
             if "video" in main:  # video towers: (batch, frames, channels, height, width)
                 nf = _get([vis, cfg], "num_frames", default=4)
                 nf = nf if isinstance(nf, int) and 0 < nf <= 16 else 4
@@ -746,6 +837,9 @@ def _hf_candidates(model, cfg, cls_name):
             cands.append(("kw", (), dict(x, decoder_input_ids=ids((BATCH, SEQ // 2)))))
         # keypoint matchers take image pairs: (batch, 2, channels, height, width)
         cands.append(("last", (), {"pixel_values": torch.randn(BATCH, 2, ch, h, w, generator=g)}))
+        # text-line recognizers (PP-OCR) pool the height down to one row; with the default
+        # backbone's stride 32 in both directions a line needs 96 rows
+        cands.append(("last", (), {"pixel_values": torch.randn(BATCH, ch, 96, 320, generator=g)}))
     elif main == "input_values":
         mel = _get([aud, cfg], "num_mel_bins", default=None)
         if isinstance(mel, int):  # spectrogram patches (AST): (batch, frames, mel bins)
@@ -801,6 +895,15 @@ def _hf_candidates(model, cfg, cls_name):
             x.update(text_inputs())
         cands.insert(0, ("kw", (), x))
 
+    if "pixel_position_ids" in required and isinstance(_get([vis], "patch_size"), int):
+        # Gemma 4 vision: flattened patches of a (rows, cols) grid and their (x, y)
+        # positions, none padded; the grid is whole pooling windows
+        p, k = _get([vis], "patch_size"), _get([vis], "pooling_kernel_size", default=1)
+        r = c = 2 * k
+        pos = torch.stack(torch.meshgrid(torch.arange(c), torch.arange(r), indexing="xy"), -1).reshape(-1, 2)
+        cands.insert(0, ("kw", (), {"pixel_values": torch.rand(BATCH, r * c, ch * p * p, generator=g),
+                                    "pixel_position_ids": pos.expand(BATCH, -1, -1).clone()}))
+
     if "returns_to_go" in sig and isinstance(getattr(cfg, "state_dim", None), int):
         # Decision Transformer: a trajectory of states, actions, rewards and returns
         t = SEQ // 2
@@ -825,13 +928,17 @@ def _hf_candidates(model, cfg, cls_name):
                                     "future_values": torch.randn(*shape(f), generator=g),
                                     "future_time_features": torch.randn(BATCH, f, tf, generator=g)}))
 
-    if "past_values_padding" in required and isinstance(getattr(cfg, "patch_length", None), int):
+    if "past_values_padding" in sig and isinstance(getattr(cfg, "patch_length", None), int):
         # TimesFM: a series of whole patches, nothing padded, one frequency class per series
         n = 4 * cfg.patch_length
         x = {"past_values": torch.randn(BATCH, n, generator=g), "past_values_padding": torch.zeros(BATCH, n)}
         if "freq" in required:
             x["freq"] = torch.zeros(BATCH, 1, dtype=torch.long)
         cands.insert(0, ("kw", (), x))
+    elif "past_values" in required and "forecast_context_len" in sig and isinstance(getattr(cfg, "patch_length", None), int):
+        # TimesFM 2.5's forecaster: a list of 1-D series of whole patches
+        n = 4 * cfg.patch_length
+        cands.insert(0, ("kw", (), {"past_values": [torch.randn(n, generator=g) for _ in range(BATCH)]}))
 
     gname = next((n for n in ("grid_thw", "image_grid_thw") if n in required), None)
     if gname and ("hidden_states" in required or "pixel_values" in required):
@@ -856,6 +963,10 @@ def _hf_candidates(model, cfg, cls_name):
             if "merge_sizes" in required:
                 kw["merge_sizes"] = torch.tensor([m] * BATCH)
             cands.insert(0, ("kw", (), kw))
+        # Inkling 2: one (merge * p, merge * p, channels) pixel block per merged token, the
+        # grid counted in merged tokens
+        cands.insert(len(patches), ("kw", (), {first: torch.randn(n // (m * m), m * p, m * p, c, generator=g),
+                                               gname: torch.tensor([[1, 2, 2]] * BATCH)}))
 
     if "noise" in sig and isinstance(_get([vis], "patch_size"), int):
         # masked autoencoders shuffle patches by this noise; drawn here it is the same on CPU and tpu
@@ -865,6 +976,12 @@ def _hf_candidates(model, cfg, cls_name):
             if "pixel_values" in x:
                 x["noise"] = noise
 
+    cbv, ncb = _get([cfg], "codebook_vocab_size"), _get([cfg], "num_codebooks")
+    if main == "input_ids" and isinstance(cbv, int) and isinstance(ncb, int) and cands:
+        # Kyutai STT: a text token and one token per audio codebook at each step (batch, seq, 1 + codebooks)
+        t = torch.randint(3, max(4, min(vocab, cbv)), (BATCH, SEQ, 1 + ncb), generator=g)
+        cands.append(("kw", (), {"input_ids": t, **({"attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long)}
+                                                    if "attention_mask" in sig else {})}))
     ncb = _get([text, cfg], "num_codebooks")
     if isinstance(ncb, int) and ncb > 1:
         # audio-token decoders (MusicGen) take one id row per codebook: (batch * codebooks, seq)
@@ -921,6 +1038,71 @@ def _hf_candidates(model, cfg, cls_name):
                     y["attention_mask"] = torch.ones_like(t)
                 cands.append(("last", (), y))
 
+    if "latents" in required:
+        # codec decoders (Mimi's, Pocket TTS's): continuous latents (batch, width, frames)
+        for wd in dict.fromkeys(x for x in (_get([cfg], "latent_dim"), _get([cfg], "codebook_dim"),
+                                           _get([cfg], "hidden_size")) if isinstance(x, int)):
+            cands.insert(0, ("kw", (), {"latents": torch.randn(BATCH, wd, SEQ, generator=g)}))
+    if "classes_structure" in required:
+        # OmDet-Turbo: 3 class prompts per image (tokenized, flattened over the batch) and a task prompt
+        k = 3
+        cands.insert(0, ("kw", (), {"pixel_values": pixels, "classes_input_ids": ids((BATCH * k, 8)),
+                                    "classes_attention_mask": torch.ones(BATCH * k, 8, dtype=torch.long),
+                                    "tasks_input_ids": ids((BATCH, SEQ)),
+                                    "tasks_attention_mask": torch.ones(BATCH, SEQ, dtype=torch.long),
+                                    "classes_structure": torch.full((BATCH,), k, dtype=torch.long)}))
+    if "audio_mel" in required and isinstance(_get([cfg], "input_feat_size"), int):
+        # Gemma 3n's audio encoder: (batch, frames, mel bins) and its padding mask (none padded)
+        cands.insert(0, ("kw", (), {"audio_mel": torch.randn(BATCH, 64, cfg.input_feat_size, generator=g),
+                                    "audio_mel_mask": torch.zeros(BATCH, 64, dtype=torch.bool)}))
+    nt = _get([vis, cfg], "max_num_tiles")
+    if "aspect_ratio_ids" in required and isinstance(nt, int):
+        # Mllama vision: one image of max_num_tiles tiles per sample, aspect ratio id 1 (one
+        # tile used, the rest masked)
+        mask = torch.zeros(BATCH, 1, nt, dtype=torch.long)
+        mask[..., 0] = 1
+        cands.insert(0, ("kw", (), {"pixel_values": torch.randn(BATCH, 1, nt, ch, h, w, generator=g),
+                                    "aspect_ratio_ids": torch.ones(BATCH, 1, dtype=torch.long),
+                                    "aspect_ratio_mask": mask}))
+    pe = _get([vis], "patch_embed_hidden_size")
+    if main == "flattened_patches" and isinstance(pe, int):
+        # Pix2Struct: each patch is (row, column, its pixels), an 8 x 8 grid per image
+        rc = torch.stack(torch.meshgrid(torch.arange(1, 9), torch.arange(1, 9), indexing="ij"), -1).reshape(-1, 2)
+        fp = torch.cat([rc.float().expand(BATCH, -1, -1), torch.randn(BATCH, 64, pe, generator=g)], -1)
+        cands.insert(0, ("kw", (), add_decoder({"flattened_patches": fp,
+                                                "attention_mask": torch.ones(BATCH, 64)})))
+    p = _get([vis, cfg], "patch_size")
+    if "target_sizes" in sig and main == "pixel_values" and isinstance(p, int):
+        # packed vision towers (MiniCPM-V): the patches of BATCH images side by side in one
+        # row, each image a (rows, cols) grid of patches given by target_sizes
+        r = max(2, min(h, w) // p // 2 * 2)
+        cands.append(("kw", (), {"pixel_values": torch.randn(1, ch, p, p * BATCH * r * r, generator=g),
+                                 "target_sizes": torch.tensor([[r, r]] * BATCH, dtype=torch.int32)}))
+    if "decoder_input_values" in sig:
+        # SpeechT5: the decoder takes spectrogram frames (text-to-speech) or, without the
+        # pre-nets (the bare model), hidden states, like its encoder
+        wd = _get([cfg], "hidden_size", "d_model", default=64)
+        for _, _, x in list(cands):
+            if "decoder_input_values" not in x:
+                cands += [("kw", (), dict(x, decoder_input_values=torch.randn(BATCH, SEQ // 2, n, generator=g)))
+                          for n in dict.fromkeys((mel_bins, wd))]
+        if main == "input_values":
+            cands.append(("kw", (), {"input_values": torch.randn(BATCH, SEQ, wd, generator=g),
+                                     "decoder_input_values": torch.randn(BATCH, SEQ // 2, wd, generator=g)}))
+    ehs = _get([cfg], "encoder_hidden_size")
+    if "encoder_hidden_states" in sig and isinstance(ehs, int):
+        # a Q-Former on its own: its queries cross-attend to image features of this width
+        for _, _, x in list(cands):
+            if "encoder_hidden_states" not in x:
+                cands.append(("last", (), dict(x, encoder_hidden_states=torch.randn(BATCH, 8, ehs, generator=g))))
+    if main == "input_ids" and "input_features" in sig and cands:
+        # text-audio models (CLAP, CLVP): text and audio features together
+        base = cands[0][2]
+        cands += [("kw", (), dict(base, input_features=f)) for f in audio_features()]
+        if "is_longer" in sig:  # CLAP: one channel of (frames, mel bins), none longer than the window
+            cands.append(("kw", (), dict(base, input_features=torch.randn(BATCH, 1, 64, mel_bins, generator=g),
+                                         is_longer=torch.zeros(BATCH, 1, dtype=torch.bool))))
+
     def boxes():  # layout models: (x0, y0, x1, y1) in 0..1000 with x0 <= x1, y0 <= y1
         a, b = torch.randint(0, 500, (2, BATCH, SEQ, 2), generator=g)
         return torch.cat([a, a + b], -1)
@@ -929,7 +1111,9 @@ def _hf_candidates(model, cfg, cls_name):
             "qformer_input_ids": lambda: ids(), "qformer_attention_mask": lambda: torch.ones(BATCH, SEQ, dtype=torch.long),
             "query_embeds": lambda: torch.randn(BATCH, SEQ, hidden, generator=g),
             "prompt_pixel_values": lambda: pixels, "prompt_masks": lambda: pixels.clone(),
-            "pixel_values_videos": lambda: torch.randn(BATCH, 4, ch, h, w, generator=g)}
+            "pixel_values_videos": lambda: torch.randn(BATCH, 4, ch, h, w, generator=g),
+            # OneFormer: the tokenized task prompt ("the task is semantic"), task_seq_len long
+            "task_inputs": lambda: ids((BATCH, _get([cfg], "task_seq_len", default=SEQ)))}
     for _, _, x in cands:  # required arguments the generators above left out
         for n in required + [n for n in ("bbox",) if n in sig]:
             if n not in x and n in fill:
@@ -939,6 +1123,32 @@ def _hf_candidates(model, cfg, cls_name):
                 f = x[n[:-5]]
                 x[n] = torch.ones(f.shape[0], f.shape[1] if f.dim() > 2 and f.shape[1] != mel_bins else f.shape[-1],
                                   dtype=torch.bool)
+    p = _get([vis, cfg], "patch_size")
+    if "bool_masked_pos" in required and isinstance(p, int):
+        # masked-video pre-training (VideoMAE): every other patch (tubelet) masked, the same
+        # number in each sample
+        t = _get([vis, cfg], "tubelet_size", default=1)
+        for _, _, x in cands:
+            pv = x.get("pixel_values")
+            if isinstance(pv, torch.Tensor) and pv.dim() in (4, 5) and "bool_masked_pos" not in x:
+                n = (pv.shape[-2] // p) * (pv.shape[-1] // p) * (pv.shape[1] // t if pv.dim() == 5 else 1)
+                x["bool_masked_pos"] = (torch.arange(n) % 2 == 0).expand(pv.shape[0], n).clone()
+    for k, a, x in list(cands):
+        # padding masks a forward takes as optional but needs (AudioFlamingo 3's encoder):
+        # the same inputs with nothing padded, tried after them
+        extra = {}
+        for n in sig:
+            f = x.get(n[:-5]) if n.endswith("_mask") and n != "attention_mask" else None
+            if n not in x and isinstance(f, torch.Tensor) and f.is_floating_point() and f.dim() == 3:
+                extra[n] = torch.ones(f.shape[0], f.shape[1] if f.shape[1] != mel_bins else f.shape[-1],
+                                      dtype=torch.bool)
+        if extra:
+            cands.append(("last", a, dict(x, **extra)))
+    for k, a, x in list(cands):
+        # models that work for one sample only (TVP's position table is shaped by the batch
+        # size where it means the batch of frames): the same inputs, the first sample
+        if not a and x and all(isinstance(v, torch.Tensor) and v.dim() >= 2 and v.shape[0] == BATCH for v in x.values()):
+            cands.append(("last", a, {n: v[:1] for n, v in x.items()}))
     return cands
 
 

@@ -165,6 +165,31 @@ def render(results_path, out_path, enumerated=None):
             p = sum(r["train"]["modes"].get(m, {}).get("status") == "pass" for r in trained)
             w(f"- {m}: {p}/{len(trained)} pass ({_pct(p, len(trained))})")
         w("")
+        t64 = [r["id"] for r in trained if any((m.get("note") or "").startswith("float64 re-check")
+                                               for m in r["train"]["modes"].values())]
+        if t64:
+            w(f"{len(t64)} of them pass the training step only after a float64 re-check (as for "
+              "outputs above): the step is run again in float64 on CPU, and a loss or gradient "
+              "mismatch is accepted only when, for the loss and every gradient, the tpu's float32 "
+              "error vs float64 is at most 2x the CPU float32's own error plus the comparison's "
+              "absolute tolerance (scaled by the gradient's largest magnitude). Such differences "
+              "come from a ReLU whose input rounds to either side of zero or a long sum in "
+              "another order, where the CPU's float32 is no closer to the exact step; a tpu "
+              "gradient further from float64 than that still fails (tests/test_validation_runner.py): "
+              + ", ".join(sorted(t64)[:20]) + ("…" if len(t64) > 20 else "") + ".")
+            w("")
+    rnd = sorted(r["id"] for r in tested if r.get("random_replayed"))
+    if rnd:
+        w(f"{len(rnd)} model(s) draw random numbers in their eval-mode forward (VITS's noise, "
+          "ViLT's patch sampling, Informer's sampled keys, ...). For these the CPU reference "
+          "records every random call of the forward (torch.randn, rand_like, multinomial, "
+          "Tensor.normal_, ...; torchtpu/_validate/rng.py) and the tpu runs replay the recorded "
+          "tensors, moved to the device, instead of drawing; a call that differs from the record "
+          "fails the run, and a model whose CPU output a replay under another seed does not "
+          "reproduce bit for bit stays excluded. So what is validated there is everything the "
+          "forward computes from its random numbers, not the device's random number generator "
+          "(tests/test_ops_random.py covers that): " + ", ".join(rnd) + ".")
+        w("")
     # ---------------------------------------------------------------- causes
     w("## Failures by cause")
     w("")
