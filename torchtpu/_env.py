@@ -14,6 +14,7 @@ ENV_VARS = {
     "TORCHTPU_QUEUE_DEPTH": "(C) strict mode: queued items the host may run ahead of the "
                             "device before it waits (default 32)",
     "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs)",
+    "TORCHTPU_POOL_SPIN_US": "(C) microseconds an idle pool thread polls for work before it sleeps (default 50; 0: sleep at once)",
     "TORCHTPU_BF16_GEMM": "(C) bf16 x bf16 GEMM: 'native' (default: the AVX512-BF16 kernel where "
                           "the CPU has it) or 'widen' (convert to f32 and call sgemm)",
     "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 4096)",

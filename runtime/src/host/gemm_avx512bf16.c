@@ -437,7 +437,7 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
     return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
   /* below the BLAS threshold a region's wake-up costs more than it saves */
-  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS;
+  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
   int threads = serial ? 1 : tpu__num_threads();
   int64_t tasks = split_tasks(&g, threads);
   bool one_block = g.mc >= M; /* every task spans all rows: B packed per task */

@@ -127,7 +127,13 @@ tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, voi
 /* OpenBLAS runs single-threaded (set on first use; call before any BLAS call). */
 void tpu__blas_prepare(void);
 /* Row-major C = alpha op(A) op(B) + beta C in f32 or f64 (cd), split over the pool in
- * blocks of C above TPU_BLAS_SERIAL_FLOPS, outside a region; one BLAS call otherwise. */
+ * blocks of C above TPU_GEMM_SPLIT_FLOPS, outside a region; one BLAS call otherwise. A
+ * region costs a few microseconds; 4 MFLOP is ~40 us of one core (measured on 2 cores:
+ * 64x512x512, 128x256x256 and 256x128x384 products ran single-threaded at half of PyTorch
+ * CPU's speed under the former 32 MFLOP bound). */
+#define TPU_GEMM_SPLIT_FLOPS (4.0 * 1024 * 1024)
+/* Batched products below this many FLOPs each run whole, batches over the pool; larger
+ * ones split inside each GEMM. */
 #define TPU_BLAS_SERIAL_FLOPS (32.0 * 1024 * 1024)
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);

@@ -89,7 +89,7 @@ static tpu_status_t pgemm_blocks(void* arg, int64_t b, int64_t e, int tid) {
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
   int nt = tpu__num_threads();
-  if (nt < 2 || tpu__in_parallel_region() || 2.0 * (double)M * (double)N * (double)K < TPU_BLAS_SERIAL_FLOPS) {
+  if (nt < 2 || tpu__in_parallel_region() || 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS) {
     blas_gemm(cd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
