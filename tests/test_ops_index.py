@@ -855,3 +855,43 @@ def test_assert_async_complex():
         torch._assert_async(torch.tensor(1j, device="tpu"))
         torch.tpu.synchronize()
         _async_raises(lambda: torch._assert_async(torch.tensor(-0.0 + 0j, device="tpu")), "single nonzero value")
+
+
+# ---- unique (_unique2) -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64,
+                                   torch.int32, torch.int8, torch.uint8, torch.bool])
+def test_unique_matches_cpu(dtype):
+    """torch.unique (aten::_unique2) natively: ascending values, each element's index and
+    each value's count, every flag combination (an output not asked for is empty), a
+    non-contiguous input, `sorted=False` (CPU sorts too)."""
+    x = make((6, 7), torch.int64, low=-3, high=4).to(dtype).t()
+    for s in (True, False):
+        for ri in (False, True):
+            for rc in (False, True):
+                ref = torch.ops.aten._unique2(x, s, ri, rc)
+                with native("_unique2"):
+                    got = torch.ops.aten._unique2(tpu(x), s, ri, rc)
+                _same_tuple(got, ref)
+
+
+def test_unique_float_values_edge_shapes_and_out():
+    """NaN is never equal to NaN (each its own value, last, in input order), -0.0 equals
+    0.0 and the first of them in input order is kept; 0-d and empty inputs; out= tensors."""
+    x = torch.tensor([3.0, float("nan"), 1.0, 3.0, float("nan"), -0.0, 0.0, 2.0])
+    ref = torch.ops.aten._unique2(x, True, True, True)
+    got = torch.ops.aten._unique2(tpu(x), True, True, True)
+    _same_tuple(got, ref)
+    assert torch.equal(got[0].cpu().signbit(), ref[0].signbit())
+    y = torch.tensor([0.0, -0.0, 5.0])
+    assert torch.equal(torch.ops.aten._unique2(tpu(y), True)[0].cpu().signbit(),
+                       torch.ops.aten._unique2(y, True)[0].signbit())
+    for e in (torch.tensor(4.0), torch.empty(0), torch.empty(2, 0, dtype=torch.int64)):
+        _same_tuple(torch.ops.aten._unique2(tpu(e), True, True, True), torch.ops.aten._unique2(e, True, True, True))
+    outs = [tpu(torch.empty(0)), tpu(torch.empty(0, dtype=torch.long)), tpu(torch.empty(3, dtype=torch.long))]
+    torch.ops.aten._unique2(tpu(x), True, True, True, out0=outs[0], out1=outs[1], out2=outs[2])
+    _same_tuple(outs, ref)
+    # the Python API on top of it, with a dim-less call as models make it
+    u, inv, cnt = torch.unique(tpu(x[2:4]), return_inverse=True, return_counts=True)
+    _same_tuple((u, inv, cnt), torch.unique(x[2:4], return_inverse=True, return_counts=True))

@@ -561,6 +561,34 @@ static void test_unique_consecutive(void) {
   release_all();
 }
 
+static void test_unique(void) {
+  /* ascending, NaN last and each its own value (in input order), -0.0 == 0.0 (the first kept) */
+  float xh[8] = {3, NAN, 1, 3, NAN, -0.0f, 0.0f, 2};
+  tpu_view_t x = mk(F32, 1, SZ(8), xh);
+  tpu_arg_t a[4] = {T(x), B(true), B(true), B(true)};
+  tpu_view_t o[3];
+  CHECK_OK(run("_unique2", TPU_VARIANT_FUNCTIONAL, a, 4, o));
+  CHECK(o[0].sizes[0] == 6 && o[1].sizes[0] == 8 && o[2].sizes[0] == 6);
+  float v[6];
+  int64_t inv[8], cnt[6];
+  read_f32(o[0], v);
+  read_i64(o[1], inv);
+  read_i64(o[2], cnt);
+  CHECK(v[0] == 0 && signbit(v[0]) && v[1] == 1 && v[2] == 2 && v[3] == 3 && isnan(v[4]) && isnan(v[5]));
+  CHECK(eq_i(inv, (int64_t[]){3, 4, 1, 3, 5, 0, 0, 2}, 8));
+  CHECK(eq_i(cnt, (int64_t[]){2, 1, 1, 2, 1, 1}, 6));
+  /* integers; outputs not asked for are empty */
+  int64_t ih[5] = {5, -2, 5, 7, -2};
+  tpu_view_t xi = mk(I64, 1, SZ(5), ih);
+  tpu_arg_t b[4] = {T(xi), B(false), B(false), B(false)};
+  CHECK_OK(run("_unique2", TPU_VARIANT_FUNCTIONAL, b, 4, o));
+  int64_t vals[3];
+  read_i64(o[0], vals);
+  CHECK(o[0].sizes[0] == 3 && eq_i(vals, (int64_t[]){-2, 5, 7}, 3));
+  CHECK(o[1].sizes[0] == 0 && o[2].sizes[0] == 0);
+  release_all();
+}
+
 static void test_assert_async(void) {
   /* a zero is the running op's error: reported by the next synchronize, with the message */
   float z = 0, one = -1;
@@ -596,6 +624,7 @@ int main(void) {
   test_sort_topk();
   test_factories();
   test_unique_consecutive();
+  test_unique();
   test_assert_async();
   TEST_MAIN_END();
 }

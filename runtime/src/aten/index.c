@@ -1331,6 +1331,51 @@ static tpu_status_t build_unique_consecutive(tpu_build_t* b) {
   return tpu__out_dtypes_exact(b);
 }
 
+/* _unique2(self, sorted=True, return_inverse=False, return_counts=False) [.out]: the
+ * distinct values of self in ascending order (NaN last, each NaN its own value, -0.0 and
+ * 0.0 one value, the first of them in input order kept), the index of each element's
+ * value (self's shape) and each value's count; an output not asked for is [0]. CPU sorts
+ * whatever `sorted` says, and so does this. The value count sizes the outputs, so the
+ * builder reads self (a host-read cut point, as nonzero); the kernel finds the groups
+ * again. Node UNIQUE: in[0] self; ia[0] groups, ia[1] inverse asked, ia[2] counts asked. */
+static tpu_status_t build_unique2(tpu_build_t* b) {
+  const tpu_view_t* x;
+  bool want_inv, want_cnt, sorted_;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 1, true, &sorted_));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, false, &want_inv));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 3, false, &want_cnt));
+  if (tpu_dtype_is_complex(x->dtype)) return tpu__err(b, TPU_UNIMPLEMENTED, "complex input");
+  const int64_t n = tpu_view_numel(x);
+  int64_t groups = 0;
+  if (n > 0) {
+    uint64_t bytes;
+    if (!tpu__mul_ok((uint64_t)n, tpu_dtype_size(x->dtype) + sizeof(int64_t), &bytes))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "tensor too large");
+    void* buf = tpu__malloc((size_t)n * tpu_dtype_size(x->dtype));
+    int64_t* order = tpu__malloc((size_t)n * sizeof(int64_t));
+    if (!buf || !order) { tpu__free(buf); tpu__free(order); return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory"); }
+    tpu_status_t st = tpu_copy_to_host(x, buf);
+    if (!st) groups = tpu__unique_groups(buf, x->dtype, n, order, NULL);
+    tpu__free(buf);
+    tpu__free(order);
+    if (st) return tpu_status_annotate(st, "%s: reading the input", b->name);
+    if (groups < 0) return tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory");
+  }
+  tpu_node_t* node = b->node;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(node, x));
+  node->kind = TPU_KIND_UNIQUE;
+  node->ia[0] = groups;
+  node->ia[1] = want_inv;
+  node->ia[2] = want_cnt;
+  int64_t zero = 0;
+  tpu__node_add_output(node, x->dtype, 1, &groups);
+  if (want_inv) tpu__node_add_output(node, TPU_DTYPE_I64, x->ndim, x->sizes);
+  else tpu__node_add_output(node, TPU_DTYPE_I64, 1, &zero);
+  tpu__node_add_output(node, TPU_DTYPE_I64, 1, want_cnt ? &groups : &zero);
+  return tpu__out_dtypes_exact(b);
+}
+
 /* _assert_async(self) / _assert_async.msg(self, assert_msg): self (one element) must be
  * nonzero. The element count is checked here, at the call; the value when the node runs,
  * as on CUDA: a zero is the op's error, reported like any running op's (strict and
@@ -1390,6 +1435,7 @@ const tpu_aten_entry_t tpu__aten_index[] = {
     {"bincount", build_bincount, NULL},
     {"unique_consecutive", build_unique_consecutive, NULL},
     {"unique_consecutive.out", build_unique_consecutive, NULL},
+    {"_unique2", build_unique2, NULL}, {"_unique2.out", build_unique2, NULL},
     {"_assert_async", build_assert_async, NULL, TPU_ATEN_COMPLEX},
     {"_assert_async.msg", build_assert_async, NULL, TPU_ATEN_COMPLEX},
     {"cat", build_cat, NULL, TPU_ATEN_COMPLEX}, {"cat.out", build_cat, NULL, TPU_ATEN_COMPLEX},

@@ -258,5 +258,14 @@ int64_t tpu__nms_keep(const void* boxes, const void* scores, tpu_dtype_t dtype, 
  * slice's (as values: NaN never equal, -0.0 == 0.0). Writes 0/1 per slice to starts
  * (NULL: only count) and returns the number of runs. */
 int64_t tpu__runs(const void* data, tpu_dtype_t t, int64_t slices, int64_t len, uint8_t* starts);
+/* Stable bottom-up merge sort of the permutation perm[0..n) (tmp: n scratch entries) by
+ * keys (double when flt, else int64), ascending or descending; NaN orders above every
+ * number, as on PyTorch CPU. */
+void tpu__merge_sort(int64_t* perm, int64_t* tmp, int64_t n, const void* keys, bool flt, bool desc);
+/* _unique2's groups (core/runs.c): order receives the stable ascending order of the n
+ * dense elements of dtype t (NaN last); starts (NULL: only count) gets 1 where a group of
+ * equal values begins in that order (as values: NaN never equal, -0.0 == 0.0). Returns
+ * the number of groups, -1 on host OOM. */
+int64_t tpu__unique_groups(const void* data, tpu_dtype_t t, int64_t n, int64_t* order, uint8_t* starts);
 
 #endif /* TPURT_CORE_INTERNAL_H_ */

@@ -823,32 +823,7 @@ static tpu_status_t tril_kernel(tpu_node_t* n) {
 
 /* ---- sort / topk -------------------------------------------------------------------- */
 
-/* NaN orders above every number, as on PyTorch CPU. Ties keep their input order. */
-static bool before_f(double a, double b, bool desc) {
-  if (desc) return (isnan(a) && !isnan(b)) || a > b;
-  return (!isnan(a) && isnan(b)) || a < b;
-}
-static bool before_i(int64_t a, int64_t b, bool desc) { return desc ? a > b : a < b; }
-
-/* Stable bottom-up merge sort of the permutation perm by keys. */
-static void merge_sort(int64_t* perm, int64_t* tmp, int64_t n, const void* keys, bool flt, bool desc) {
-  const double* kf = keys;
-  const int64_t* ki = keys;
-  for (int64_t w = 1; w < n; w *= 2) {
-    for (int64_t lo = 0; lo < n; lo += 2 * w) {
-      int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
-      int64_t i = lo, j = mid, o = lo;
-      while (i < mid && j < hi) {
-        bool take_right = flt ? before_f(kf[perm[j]], kf[perm[i]], desc) : before_i(ki[perm[j]], ki[perm[i]], desc);
-        tmp[o++] = take_right ? perm[j++] : perm[i++];
-      }
-      while (i < mid) tmp[o++] = perm[i++];
-      while (j < hi) tmp[o++] = perm[j++];
-    }
-    memcpy(perm, tmp, (size_t)n * sizeof(int64_t));
-  }
-}
-
+/* (stable merge sort: tpu__merge_sort, core/runs.c) */
 static tpu_status_t sort_kernel(tpu_node_t* n) {
   const tpu_operand_t* self = &n->in[0];
   int dim = (int)n->ia[0];
@@ -872,7 +847,7 @@ static tpu_status_t sort_kernel(tpu_node_t* n) {
         memcpy((char*)keys + j * 8, (char*)src + ((o * size + j) * inner + i) * 8, 8);
         perm[j] = j;
       }
-      merge_sort(perm, tmp, size, keys, flt, desc);
+      tpu__merge_sort(perm, tmp, size, keys, flt, desc);
       for (int64_t j = 0; j < k; ++j) {
         int64_t at = (o * k + j) * inner + i;
         memcpy((char*)vals + at * 8, (char*)keys + perm[j] * 8, 8);
@@ -1118,7 +1093,7 @@ static tpu_status_t isin_kernel(tpu_node_t* n) {
     tmp = xalloc(total, sizeof(int64_t));
     if (!perm || !tmp) { st = TPU_HOST_NOMEM(); goto done; }
     for (int64_t i = 0; i < total; ++i) perm[i] = i;
-    merge_sort(perm, tmp, total, all, flt, false);
+    tpu__merge_sort(perm, tmp, total, all, flt, false);
     for (int64_t k = 0; k < total; ++k) {
       bool eq = false;
       if (k + 1 < total)
@@ -1232,6 +1207,48 @@ done:
   return st;
 }
 
+/* UNIQUE (aten/index.c, _unique2): self's groups of equal values in ascending order. */
+static tpu_status_t unique_kernel(tpu_node_t* node) {
+  const tpu_operand_t* xo = &node->in[0];
+  const int64_t n = tpu__operand_numel(xo), groups = node->ia[0];
+  const tpu_dtype_t t = xo->dtype;
+  const size_t es = tpu_dtype_size(t);
+  if (n == 0) return NULL;
+  uint8_t* x = tpu__malloc((size_t)n * es);
+  int64_t* order = tpu__malloc((size_t)n * sizeof(int64_t));
+  uint8_t* starts = tpu__malloc((size_t)n);
+  int64_t* inv = tpu__malloc((size_t)n * sizeof(int64_t));
+  int64_t* cnt = tpu__malloc((size_t)(groups > 0 ? groups : 1) * sizeof(int64_t));
+  uint8_t* vals = tpu__malloc((size_t)(groups > 0 ? groups : 1) * es);
+  tpu_status_t st = NULL;
+  if (!x || !order || !starts || !inv || !cnt || !vals) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__pack(xo, NULL, t, x);
+  int64_t found = tpu__unique_groups(x, t, n, order, starts);
+  if (found < 0) { st = TPU_HOST_NOMEM(); goto done; }
+  if (found != groups) {
+    st = tpu_status_make(TPU_INVALID_ARGUMENT, "_unique2: the input changed between the call and the run "
+                                               "(another thread wrote it while the op was queued)");
+    goto done;
+  }
+  int64_t g = -1;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t i = order[k];
+    if (starts[k]) {
+      ++g;
+      cnt[g] = 0;
+      memcpy(vals + (size_t)g * es, x + (size_t)i * es, es);
+    }
+    cnt[g]++;
+    inv[i] = g;
+  }
+  tpu__unpack(&node->out[0], vals, t);
+  if (node->ia[1]) tpu__unpack(&node->out[1], inv, TPU_DTYPE_I64);
+  if (node->ia[2]) tpu__unpack(&node->out[2], cnt, TPU_DTYPE_I64);
+done:
+  tpu__free(x); tpu__free(order); tpu__free(starts); tpu__free(inv); tpu__free(cnt); tpu__free(vals);
+  return st;
+}
+
 /* ASSERT_NONZERO (aten/index.c): one element, nonzero as bits (floats ignore the sign
  * bit, so -0.0 is zero and NaN nonzero; a complex value is nonzero if either part is). */
 static tpu_status_t assert_nonzero_kernel(tpu_node_t* node) {
@@ -1254,6 +1271,7 @@ static tpu_status_t assert_nonzero_kernel(tpu_node_t* node) {
 
 void tpu__host_register_index(tpu_host_kernel_fn* table) {
   table[TPU_KIND_UNIQUE_CONSECUTIVE] = unique_consecutive_kernel;
+  table[TPU_KIND_UNIQUE] = unique_kernel;
   table[TPU_KIND_ASSERT_NONZERO] = assert_nonzero_kernel;
   table[TPU_KIND_GATHER] = gather_kernel;
   table[TPU_KIND_SCATTER] = scatter_kernel;
