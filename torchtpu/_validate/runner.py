@@ -404,6 +404,15 @@ def _replayable(model, cand):
     return log
 
 
+def _accept_rechecked(m, note):
+    """A mode's mismatch cleared by a float64 re-check: it passes with the note, unless an op
+    ran through the CPU fallback."""
+    m["status"], m["cause"], m["note"], m["detail"] = "pass", None, note, None
+    if m.get("fallback_ops"):
+        m["status"], m["cause"] = "fail", "cpu_fallback"
+        m["detail"] = ", ".join(sorted(m["fallback_ops"]))
+
+
 def _recheck_in_float64(model, cand, expected, result, rng_log=None):
     """A forward mismatch is re-judged against a float64 CPU reference: when the tpu's
     float32 error (vs float64) is within 2x the CPU's own float32 error on the worst
@@ -444,13 +453,8 @@ def _recheck_in_float64(model, cand, expected, result, rng_log=None):
             if et > 2 * ec + tol(c.dtype)[0]:
                 ok = False
         if ok:
-            m["status"], m["cause"] = "pass", None
-            m["note"] = (f"ill-conditioned: {m['detail']}; vs a float64 reference the tpu's max "
-                         f"error is {worst_tpu:.3g}, the CPU float32's {worst_cpu:.3g}")
-            m["detail"] = None
-            if m.get("fallback_ops"):
-                m["status"], m["cause"] = "fail", "cpu_fallback"
-                m["detail"] = ", ".join(sorted(m["fallback_ops"]))
+            _accept_rechecked(m, f"ill-conditioned: {m['detail']}; vs a float64 reference the tpu's max "
+                                 f"error is {worst_tpu:.3g}, the CPU float32's {worst_cpu:.3g}")
     for m in result["modes"].values():
         m.pop("_tpu_out", None)
 
@@ -533,13 +537,8 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
             m["recheck"] = (f"vs the step in float64, the tpu's max error on {worst[1]} is {worst[2]:.3g}, "
                             f"the CPU float32's {worst[3]:.3g} ({worst[0]:.3g}x the allowed)")
         if ok:
-            m["status"], m["cause"] = "pass", None
-            m["note"] = (f"float64 re-check: {m['detail']}; vs the step in float64, the tpu's max error on "
-                         f"{worst[1]} is {worst[2]:.3g}, the CPU float32's {worst[3]:.3g}")
-            m["detail"] = None
-            if m.get("fallback_ops"):
-                m["status"], m["cause"] = "fail", "cpu_fallback"
-                m["detail"] = ", ".join(sorted(m["fallback_ops"]))
+            _accept_rechecked(m, f"float64 re-check: {m['detail']}; vs the step in float64, the tpu's max "
+                                 f"error on {worst[1]} is {worst[2]:.3g}, the CPU float32's {worst[3]:.3g}")
 
 
 def _describe(cand):

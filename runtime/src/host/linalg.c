@@ -1062,6 +1062,15 @@ static win_t avg_win(const tpu_node_t* n, int dim, bool adaptive, int64_t o, int
   return w;
 }
 
+/* Output element (pl, od, oh, ow): its index, and its window in each dim into w. */
+static inline int64_t pool_out(const pool_ctx_t* c, int64_t pl, int64_t od, int64_t oh, int64_t ow, win_t* w) {
+  const plane_t* p = &c->p;
+  w[0] = c->win[od];
+  w[1] = c->win[p->OD + oh];
+  w[2] = c->win[p->OD + p->OH + ow];
+  return ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
+}
+
 static int64_t avg_divisor(const pool_ctx_t* c, const win_t* w) {
   if (!c->adaptive && c->n->ia[13]) return c->n->ia[13];
   return w[0].f * w[1].f * w[2].f;
@@ -1078,9 +1087,8 @@ static tpu_status_t avgpool_fwd_planes(void* arg, int64_t b, int64_t e, int tid)
     for (int64_t od = 0; od < p->OD; ++od)
       for (int64_t oh = 0; oh < p->OH; ++oh)
         for (int64_t ow = 0; ow < p->OW; ++ow) {
-          int64_t o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
-          win_t w[3] = {c->win[od], c->win[p->OD + oh], c->win[p->OD + p->OH + ow]};
-          int64_t div = avg_divisor(c, w);
+          win_t w[3];
+          int64_t o = pool_out(c, pl, od, oh, ow, w), div = avg_divisor(c, w);
           if (win_empty(w)) continue; /* stays 0 */
           if (c->cpu_order) {
             int64_t base = pl * V;
@@ -1138,9 +1146,8 @@ static tpu_status_t avgpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid)
     for (int64_t od = 0; od < p->OD; ++od)
       for (int64_t oh = 0; oh < p->OH; ++oh)
         for (int64_t ow = 0; ow < p->OW; ++ow) {
-          int64_t o = ((pl * p->OD + od) * p->OH + oh) * p->OW + ow;
-          win_t w[3] = {c->win[od], c->win[p->OD + oh], c->win[p->OD + p->OH + ow]};
-          int64_t div = avg_divisor(c, w);
+          win_t w[3];
+          int64_t o = pool_out(c, pl, od, oh, ow, w), div = avg_divisor(c, w);
           if (c->cpu_order) {
             if (c->cd == TPU_DTYPE_F32) {
               float gd = ((const float*)c->x)[o];
