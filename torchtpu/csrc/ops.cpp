@@ -39,26 +39,45 @@ at::Tensor to_tpu(const at::Tensor& t, c10::DeviceIndex d) {
 }
 
 // ---- the generic boxed kernel ------------------------------------------------------
+// Backing storage of the converted arguments' lists; outlives tpu_op_prepare. An inner
+// vector's data stays put when the outer one grows.
+struct ArgStore {
+  c10::SmallVector<at::Tensor, 2> keep;  // uploaded CPU tensors stay alive
+  std::vector<std::vector<tpu_view_t>> views;
+  std::vector<std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> dbls;
+  std::vector<std::vector<tpu_arg_t>> scalars;
+};
+
 struct OpKernel final : c10::OperatorKernel {
   int index = 0;
   tpu_variant_t variant = TPU_VARIANT_FUNCTIONAL;
+  bool foreach = false;               // a torch._foreach_* op (tpu_foreach_prepare)
   int n_args = 0;
   int n_out_args = 0;                 // trailing out= arguments
   bool needs_seed = false;            // append a generator seed (tpu_aten_op_needs_seed)
   std::vector<bool> is_generator;     // per argument: Generator?
   std::vector<bool> is_scalar;        // per argument: Scalar (a number of any kind)
+  std::vector<bool> is_scalar_list;   // per argument: Scalar[]
   // Per schema return: true for Tensor. Tensor returns beyond the node's outputs (e.g.
   // the unused philox/cum_seq slots of fused attention) come back as empty tensors,
   // integer returns as 0.
   std::vector<bool> ret_is_tensor;
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);
+
+ private:
+  void convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, const std::string& name,
+               c10::SmallVector<tpu_arg_t, 12>& targs, ArgStore& store) const;
+  void run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ArrayRef<c10::IValue> args,
+                   c10::DeviceIndex dev, const c10::SmallVector<tpu_arg_t, 12>& targs) const;
 };
 
 // Fills a kernel's per-argument facts from the op's schema.
 void init_kernel(OpKernel& k, int index, const c10::FunctionSchema& schema) {
   k.index = index;
   k.needs_seed = tpu_aten_op_needs_seed(index);
+  k.foreach = tpu_aten_op_is_foreach(index);
   k.n_args = static_cast<int>(schema.arguments().size());
   for (const auto& arg : schema.arguments()) {
     if (arg.is_out()) k.n_out_args++;
@@ -66,6 +85,8 @@ void init_kernel(OpKernel& k, int index, const c10::FunctionSchema& schema) {
     if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
     k.is_generator.push_back(t->kind() == c10::TypeKind::GeneratorType);
     k.is_scalar.push_back(t->kind() == c10::TypeKind::NumberType);
+    auto l = t->cast<c10::ListType>();
+    k.is_scalar_list.push_back(l && l->getElementType()->kind() == c10::TypeKind::NumberType);
   }
   for (const auto& r : schema.returns())
     k.ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);
@@ -127,23 +148,12 @@ void scalar_arg(tpu_arg_t& a, const c10::Scalar& s, const std::string& op) {
   } else check(tpu_status_make(TPU_UNIMPLEMENTED, "%s: this kind of scalar is not supported on tpu", op.c_str()));
 }
 
-void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  auto args = torch::jit::last(*stack, n_args);
-  c10::DeviceIndex dev = device_of_args(args);
-  OpSite site;
-  // Small inline buffers: most ops have a handful of arguments and no lists, so the
-  // common call allocates nothing here (this is on every op's dispatch path).
+// Each schema argument as a tpu_arg_t (targs, one per argument, in order).
+void OpKernel::convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, const std::string& name,
+                       c10::SmallVector<tpu_arg_t, 12>& targs, ArgStore& store) const {
   // Each argument's header is cleared below; its 200-byte tensor view is written only
   // for tensor arguments (the only kind that reads it).
-  c10::SmallVector<tpu_arg_t, 12> targs;
   targs.resize_for_overwrite(n_args);
-  c10::SmallVector<at::Tensor, 2> keep;         // uploaded CPU tensors stay alive
-  // Backing storage for list arguments (outlives tpu_op_prepare); an inner vector's data
-  // stays put when the outer one grows.
-  std::vector<std::vector<tpu_view_t>> lists;
-  std::vector<std::vector<int64_t>> ints;
-  std::vector<std::vector<double>> dbls;
-  const std::string& name = op.schema().name();
   for (int i = 0; i < n_args; ++i) {
     const c10::IValue& v = args[i];
     tpu_arg_t& a = targs[i];
@@ -173,29 +183,39 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
       a.kind = TPU_ARG_DOUBLE; a.v.d = v.toDouble();
     } else if (v.isBool()) {
       a.kind = TPU_ARG_BOOL; a.v.b = v.toBool();
-    } else if (v.isIntList()) {
-      ints.push_back(v.toIntVector());
+    } else if (v.isIntList() && !is_scalar_list[i]) {
+      store.ints.push_back(v.toIntVector());
       a.kind = TPU_ARG_INTLIST;
-      a.list = ints.back().data();
-      a.list_len = static_cast<int64_t>(ints.back().size());
-    } else if (v.isBoolList()) {  // bool[N] (output_mask): 0/1 ints
-      ints.emplace_back();
-      for (bool b : v.toBoolList()) ints.back().push_back(b);
+      a.list = store.ints.back().data();
+      a.list_len = static_cast<int64_t>(store.ints.back().size());
+    } else if (v.isBoolList() && !is_scalar_list[i]) {  // bool[N] (output_mask): 0/1 ints
+      store.ints.emplace_back();
+      for (bool b : v.toBoolList()) store.ints.back().push_back(b);
       a.kind = TPU_ARG_INTLIST;
-      a.list = ints.back().data();
-      a.list_len = static_cast<int64_t>(ints.back().size());
-    } else if (v.isDoubleList()) {
-      dbls.push_back(v.toDoubleVector());
+      a.list = store.ints.back().data();
+      a.list_len = static_cast<int64_t>(store.ints.back().size());
+    } else if (v.isDoubleList() && !is_scalar_list[i]) {
+      store.dbls.push_back(v.toDoubleVector());
       a.kind = TPU_ARG_DOUBLELIST;
-      a.dlist = dbls.back().data();
-      a.list_len = static_cast<int64_t>(dbls.back().size());
+      a.dlist = store.dbls.back().data();
+      a.list_len = static_cast<int64_t>(store.dbls.back().size());
+    } else if (is_scalar_list[i] && v.isList()) {  // Scalar[] (foreach ops)
+      auto& sc = store.scalars.emplace_back();
+      for (const c10::IValue& e : v.toListRef()) {
+        tpu_arg_t& x = sc.emplace_back();
+        clear_arg(x);
+        scalar_arg(x, e.toScalar(), name);
+      }
+      a.kind = TPU_ARG_SCALARLIST;
+      a.scalars = sc.data();
+      a.list_len = static_cast<int64_t>(sc.size());
     } else if (v.isTensorList() || v.isList()) {
-      auto& views = lists.emplace_back();
+      auto& views = store.views.emplace_back();
       for (const c10::IValue& e : v.toListRef()) {
         tpu_view_t tv{};
         if (e.isTensor() && e.toTensor().defined()) {
           at::Tensor t = e.toTensor();
-          if (t.device().type() != kTpu) { t = to_tpu(t, dev); keep.push_back(t); }
+          if (t.device().type() != kTpu) { t = to_tpu(t, dev); store.keep.push_back(t); }
           tv = view_of(t);
         }
         views.push_back(tv);
@@ -215,6 +235,22 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
       TORCH_CHECK_NOT_IMPLEMENTED(false, name, ": argument ", i, " of kind ", v.tagKind(),
                                   " is not supported by the tpu adapter");
     }
+  }
+}
+
+void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, n_args);
+  c10::DeviceIndex dev = device_of_args(args);
+  OpSite site;
+  // Small inline buffers: most ops have a handful of arguments and no lists, so the
+  // common call allocates nothing here (this is on every op's dispatch path).
+  c10::SmallVector<tpu_arg_t, 12> targs;
+  ArgStore store;
+  const std::string& name = op.schema().name();
+  convert(args, dev, name, targs, store);
+  if (foreach) {
+    run_foreach(op, stack, args, dev, targs);
+    return;
   }
 
   if (needs_seed) {
@@ -277,6 +313,86 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     else if (next < outs.size()) torch::jit::push(*stack, std::move(outs[next++]));
     else torch::jit::push(*stack, at::empty({0}, at::TensorOptions().device(at::Device(kTpu, dev))));
   }
+}
+
+// A torch._foreach_* op: libtpurt prepares the element op's node for every list position
+// first (so a bad position fails the call before any position runs), then each is bound
+// (in-place: self[k]; functional: a new tensor) and submitted in order.
+void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ArrayRef<c10::IValue> args,
+                           c10::DeviceIndex dev, const c10::SmallVector<tpu_arg_t, 12>& targs) const {
+  // ATen's slow kernel would run each position on its own tensor's device; here every
+  // list member must be on tpu (an in-place result must land in self itself).
+  for (int i = 0; i < n_args; ++i) {
+    if (!args[i].isTensorList()) continue;
+    auto list = args[i].toTensorList();
+    for (size_t k = 0; k < list.size(); ++k) {
+      at::Tensor t = list.get(k);
+      TORCH_CHECK(!t.defined() || t.device().type() == kTpu, op.schema().name(),
+                  ": Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                  int(dev), " and ", t.device().str(), "! (argument ", i, ", list position ", k, ")");
+    }
+  }
+  int64_t len = 0;
+  check(tpu_foreach_length(index, targs.data(), n_args, &len));
+  std::vector<tpu_node_t*> nodes(static_cast<size_t>(len), nullptr);
+  auto discard_from = [&](int64_t k) {
+    for (; k < len; ++k) tpu_node_discard(nodes[k]);
+  };
+  for (int64_t k = 0; k < len; ++k) {
+    tpu_status_t st = tpu_foreach_prepare(index, variant, targs.data(), n_args, k, &nodes[k]);
+    if (!st && tpu_node_output_count(nodes[k]) != 1)
+      st = tpu_status_make(TPU_INTERNAL, "%s: element op with %d outputs", tpu_aten_op_name(index),
+                           tpu_node_output_count(nodes[k]));
+    if (!st) continue;
+    discard_from(0);
+    if (tpu_status_code(st) == TPU_UNIMPLEMENTED) {  // e.g. a dtype: the whole call on the CPU
+      std::string why = tpu_status_message(st);
+      tpu_status_free(st);
+      cpu_fallback_with_reason(op, stack, why);
+      return;
+    }
+    check(st);
+  }
+  c10::List<at::Tensor> outs;
+  c10::List<at::Tensor> selfs;
+  if (variant == TPU_VARIANT_INPLACE) selfs = args[0].toTensorList();
+  else outs.reserve(static_cast<size_t>(len));
+  for (int64_t k = 0; k < len; ++k) {
+    tpu_node_t* node = nodes[k];
+    nodes[k] = nullptr;
+    try {
+      at::Tensor out;
+      if (variant == TPU_VARIANT_INPLACE) {
+        out = selfs.get(static_cast<size_t>(k));
+      } else {
+        tpu_dtype_t dt;
+        int32_t nd;
+        int64_t sizes[TPU_MAX_DIMS];
+        tpu_node_output_meta(node, 0, &dt, &nd, sizes);
+        out = at::empty(at::IntArrayRef(sizes, nd), at::TensorOptions()
+                                                        .dtype(static_cast<at::ScalarType>(dt))
+                                                        .device(at::Device(kTpu, dev)));
+        outs.push_back(out);
+      }
+      tpu_view_t ov = view_of(out);
+      check(tpu_node_bind_output(node, 0, &ov));
+    } catch (...) {
+      tpu_node_discard(node);
+      discard_from(k + 1);
+      throw;
+    }
+    tpu_status_t st = tpu_node_submit(node);
+    if (st) {
+      discard_from(k + 1);
+      check(st);
+    }
+  }
+  if (tpu_get_eager_mode() == TPU_EAGER_DEBUG) {
+    char w[512];
+    while (tpu_take_warning(w, sizeof w)) TORCH_WARN(w);
+  }
+  torch::jit::drop(*stack, n_args);
+  if (!ret_is_tensor.empty()) torch::jit::push(*stack, std::move(outs));
 }
 
 // ---- counted CPU fallback ----------------------------------------------------------------

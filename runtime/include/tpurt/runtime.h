@@ -178,6 +178,7 @@ typedef enum tpu_arg_kind_e {
   TPU_ARG_TENSORLIST, /* .tensors / .list_len; entries with storage NULL are None */
   TPU_ARG_STRING,   /* .s (borrowed) */
   TPU_ARG_DOUBLELIST, /* .dlist / .list_len */
+  TPU_ARG_SCALARLIST, /* .scalars / .list_len: each a TPU_ARG_SCALAR (Scalar[]) */
 } tpu_arg_kind_t;
 
 typedef enum tpu_scalar_kind_e {
@@ -198,6 +199,7 @@ typedef struct tpu_arg_s {
   const int64_t* list;
   const double* dlist;
   const tpu_view_t* tensors;
+  const struct tpu_arg_s* scalars;
   int64_t list_len;
   const char* s;
 } tpu_arg_t;
@@ -224,6 +226,19 @@ bool tpu_aten_op_needs_seed(int index);
 tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* args,
                             int nargs, tpu_node_t** out_node);
 int tpu_node_output_count(const tpu_node_t* node);
+
+/* torch._foreach_* ops (optimizers, clip_grad_norm_). Each applies one table op, its
+ * element op, at every position k of its list arguments: position k of each Tensor[] and
+ * Scalar[] argument takes the list's place, the other arguments stay. The adapter asks
+ * for the lists' common length (checked as ATen checks it), prepares the node of every
+ * position, then binds and submits them in order, one ordinary node each, so strict runs
+ * and defer_and_fuse fuses them like the same ops called one by one. variant is that of
+ * the foreach op (in-place forms: output 0 of position k is self[k]). tpu_op_prepare
+ * refuses these entries. */
+bool tpu_aten_op_is_foreach(int index);
+tpu_status_t tpu_foreach_length(int index, const tpu_arg_t* args, int nargs, int64_t* out_len);
+tpu_status_t tpu_foreach_prepare(int index, tpu_variant_t variant, const tpu_arg_t* args,
+                                 int nargs, int64_t k, tpu_node_t** out_node);
 /* The output's dtype and shape as the op's rules computed them. sizes: TPU_MAX_DIMS.
  * *out_ndim < 0: the output is absent (an undefined tensor); do not bind it. */
 void tpu_node_output_meta(const tpu_node_t* node, int i, tpu_dtype_t* out_dtype,

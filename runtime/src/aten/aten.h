@@ -31,6 +31,9 @@ typedef struct tpu_aten_entry_s {
 /* The builder and its kernel only move elements (any element size) and take complex
  * scalars: calls with complex arguments may use the entry as it is. */
 #define TPU_ATEN_COMPLEX 2
+/* A torch._foreach_* op (aten/foreach.c): prepared per list position by
+ * tpu_foreach_prepare as its element op, never built directly. */
+#define TPU_ATEN_FOREACH 4
 
 /* Complex dtypes (aten/complex.c). Builders of the other families never see a complex
  * argument or output: tpu_op_prepare sends a call that has one to the complex family's
@@ -40,10 +43,19 @@ typedef struct tpu_aten_entry_s {
 extern const tpu_aten_entry_t tpu__aten_complex_alt[];
 
 /* Each family exports a NULL-name-terminated entry array. */
-#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision)
+#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(foreach)
 #define TPU__DECL_TAB(f) extern const tpu_aten_entry_t tpu__aten_##f[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB
+
+/* Foreach entries (aten/foreach.c): the element op's name; the lists' common length
+ * (ATen's checks and messages); the element op's arguments for list position k (at most
+ * TPU_FOREACH_MAX_ARGS; tensors and scalars copied from the lists). */
+#define TPU_FOREACH_MAX_ARGS 8
+const char* tpu__foreach_element(const tpu_aten_entry_t* e);
+tpu_status_t tpu__foreach_length(const char* name, const tpu_arg_t* args, int nargs, int64_t* out_len);
+tpu_status_t tpu__foreach_args(const tpu_aten_entry_t* e, const tpu_arg_t* args, int nargs, int64_t k,
+                               tpu_arg_t* out, int* out_n);
 
 /* Composite ops: after the builder has declared output 0, runs the table entry `op`
  * (an in-place op such as "relu_") on that output right after the node, with extra[0..n)

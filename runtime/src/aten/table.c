@@ -2,6 +2,8 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "aten/aten.h"
 
@@ -9,6 +11,10 @@ static const tpu_aten_entry_t** entries;
 /* Per entry: the builder for calls with a complex argument or output (NULL: none). */
 static const tpu_aten_entry_t** complex_entries;
 static int n_entries;
+/* Entry indices sorted by name (find_entry's binary search). */
+static int* by_name;
+/* Per entry: the element op's index of a foreach entry (-1: none, or not a foreach). */
+static int* element_of;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static const tpu_aten_entry_t* const families[] = {
@@ -16,6 +22,23 @@ static const tpu_aten_entry_t* const families[] = {
     TPU_ATEN_FAMILIES(TPU__FAM)
 #undef TPU__FAM
 };
+
+static int by_entry_name(const void* a, const void* b) {
+  return strcmp(entries[*(const int*)a]->name, entries[*(const int*)b]->name);
+}
+
+/* The entry named `name` (-1: none); the table must be built. */
+static int find_entry(const char* name) {
+  int lo = 0, hi = n_entries - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    int c = strcmp(entries[by_name[mid]]->name, name);
+    if (!c) return by_name[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return -1;
+}
 
 static void build_table(void) {
   int n = 0;
@@ -33,6 +56,21 @@ static void build_table(void) {
       complex_entries[n_entries] = c;
       entries[n_entries++] = e;
     }
+  by_name = tpu__calloc((size_t)n, sizeof(*by_name));
+  element_of = tpu__calloc((size_t)n, sizeof(*element_of));
+  if (!by_name || !element_of) {
+    tpu__free(entries);
+    tpu__free(complex_entries);
+    tpu__free(by_name);
+    tpu__free(element_of);
+    entries = NULL;
+    n_entries = 0;
+    return;
+  }
+  for (int i = 0; i < n; ++i) by_name[i] = i;
+  qsort(by_name, (size_t)n, sizeof(*by_name), by_entry_name);
+  for (int i = 0; i < n; ++i)
+    element_of[i] = entries[i]->flags & TPU_ATEN_FOREACH ? find_entry(tpu__foreach_element(entries[i])) : -1;
 }
 
 /* The first complex dtype among the call's tensors and numbers (INVALID: none). */
@@ -109,10 +147,28 @@ tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* a
   return NULL;
 }
 
-static int find_entry(const char* name) {
-  for (int i = 0; i < tpu_aten_op_count(); ++i)
-    if (!strcmp(entries[i]->name, name)) return i;
-  return -1;
+bool tpu_aten_op_is_foreach(int index) {
+  return index >= 0 && index < tpu_aten_op_count() && (entries[index]->flags & TPU_ATEN_FOREACH);
+}
+
+tpu_status_t tpu_foreach_length(int index, const tpu_arg_t* args, int nargs, int64_t* out_len) {
+  if (!tpu_aten_op_is_foreach(index)) return tpu_status_make(TPU_INTERNAL, "entry %d is not a foreach op", index);
+  return tpu__foreach_length(entries[index]->name, args, nargs, out_len);
+}
+
+tpu_status_t tpu_foreach_prepare(int index, tpu_variant_t variant, const tpu_arg_t* args,
+                                 int nargs, int64_t k, tpu_node_t** out_node) {
+  if (!tpu_aten_op_is_foreach(index)) return tpu_status_make(TPU_INTERNAL, "entry %d is not a foreach op", index);
+  const tpu_aten_entry_t* e = entries[index];
+  if (element_of[index] < 0)
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: its element op %s is not implemented on tpu", e->name,
+                           tpu__foreach_element(e));
+  tpu_arg_t el[TPU_FOREACH_MAX_ARGS];
+  int n = 0;
+  TPU_RETURN_IF_ERROR(tpu__foreach_args(e, args, nargs, k, el, &n));
+  TPU_RETURN_IF_ERROR(tpu_op_prepare(element_of[index], variant, el, n, out_node));
+  (*out_node)->aten_index = index; /* named as the op the user called */
+  return NULL;
 }
 
 tpu_status_t tpu__build_then(tpu_build_t* b, const char* op, const tpu_arg_t* extra, int n) {

@@ -204,7 +204,7 @@ tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
     if (n->variant == TPU_VARIANT_FUNCTIONAL || !tpu__can_cast(op->dtype, v->dtype))
       return tpu_status_make(TPU_INVALID_ARGUMENT,
                              "%s: result type %s can't be cast to the desired output type %s",
-                             tpu_node_name(n), tpu_dtype_name(op->dtype), tpu_dtype_name(v->dtype));
+                             tpu_node_name(n), tpu__dtype_c10_name(op->dtype), tpu__dtype_c10_name(v->dtype));
   }
   if (!tpu_dtype_is_supported(v->dtype))
     return tpu_status_make(TPU_TYPE_ERROR, "%s: unsupported output dtype", tpu_node_name(n));

@@ -1,0 +1,184 @@
+"""torch._foreach_* ops (the optimizers' and clip_grad_norm_'s multi-tensor ops): native on
+tpu as one adapter call that applies the element op at every list position (libtpurt's
+tpu_foreach_prepare), compared with PyTorch's CPU results."""
+import pytest
+import torch
+
+import torchtpu
+from op_helpers import close, native, no_cpu_fallback, tpu
+
+SHAPES = [(3, 4), (5,), (2, 3, 2), ()]
+
+
+def _lists(n_lists, dtype=torch.float32, seed=0, positive=False):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n_lists):
+        ts = [torch.randn(s, generator=g).to(dtype) for s in SHAPES]
+        if positive:
+            ts = [t.abs() + 0.5 for t in ts]
+        out.append(ts)
+    return out
+
+
+def _to_tpu(x):
+    if isinstance(x, list):
+        return [_to_tpu(t) for t in x]
+    return x.to("tpu") if isinstance(x, torch.Tensor) else x
+
+
+def _run(fn, args, inplace):
+    """fn on CPU and on tpu; returns (cpu result list, tpu result list)."""
+    cpu_args = [[t.clone() for t in a] if isinstance(a, list) and a and isinstance(a[0], torch.Tensor) else a
+                for a in args]
+    tpu_args = [_to_tpu(a) for a in args]
+    rc = fn(*cpu_args)
+    rt = fn(*tpu_args)
+    if inplace:
+        return cpu_args[0], tpu_args[0]
+    return rc, rt
+
+
+N = len(SHAPES)
+CASES = [
+    # (name, fn, number of tensor lists, extra args, positive inputs)
+    ("_foreach_mul_.Scalar", lambda a: torch._foreach_mul_(a, 0.9), 1, True),
+    ("_foreach_mul.ScalarList", lambda a: torch._foreach_mul(a, [0.5, 2.0, -1.0, 3.0]), 1, False),
+    ("_foreach_mul_.List", lambda a, b: torch._foreach_mul_(a, b), 2, True),
+    ("_foreach_mul_.Tensor", lambda a: torch._foreach_mul_(a, torch.tensor(0.25, device=a[0].device)), 1, True),
+    ("_foreach_add.List", lambda a, b: torch._foreach_add(a, b, alpha=-0.5), 2, False),
+    ("_foreach_add_.Scalar", lambda a: torch._foreach_add_(a, 1e-3), 1, True),
+    ("_foreach_sub_.ScalarList", lambda a: torch._foreach_sub_(a, [1, 2, 3, 4]), 1, True),
+    ("_foreach_div_.ScalarList", lambda a: torch._foreach_div_(a, [0.5, 0.25, 2.0, 4.0]), 1, True),
+    ("_foreach_div.List", lambda a, b: torch._foreach_div(a, b), 2, False),
+    ("_foreach_lerp_.Scalar", lambda a, b: torch._foreach_lerp_(a, b, 0.1), 2, True),
+    ("_foreach_lerp.List", lambda a, b, w: torch._foreach_lerp(a, b, w), 3, False),
+    ("_foreach_lerp_.ScalarList", lambda a, b: torch._foreach_lerp_(a, b, [0.1, 0.2, 0.3, 0.4]), 2, True),
+    ("_foreach_addcmul_.Scalar", lambda a, b, c: torch._foreach_addcmul_(a, b, c, value=0.5), 3, True),
+    ("_foreach_addcdiv.ScalarList",
+     lambda a, b, c: torch._foreach_addcdiv(a, b, c, [0.1, -0.2, 0.3, 1.0]), 3, False),
+    ("_foreach_addcdiv_.ScalarList",
+     lambda a, b, c: torch._foreach_addcdiv_(a, b, c, [0.1, -0.2, 0.3, 1.0]), 3, True),
+    ("_foreach_sqrt", lambda a: torch._foreach_sqrt(a), 1, False),
+    ("_foreach_sqrt_", lambda a: torch._foreach_sqrt_(a), 1, True),
+    ("_foreach_neg", lambda a: torch._foreach_neg(a), 1, False),
+    ("_foreach_exp_", lambda a: torch._foreach_exp_(a), 1, True),
+    ("_foreach_reciprocal", lambda a: torch._foreach_reciprocal(a), 1, False),
+    ("_foreach_zero_", lambda a: torch._foreach_zero_(a), 1, True),
+    ("_foreach_clamp_min_.Scalar", lambda a: torch._foreach_clamp_min_(a, 0.0), 1, True),
+    ("_foreach_clamp_max.List", lambda a, b: torch._foreach_clamp_max(a, b), 2, False),
+    ("_foreach_maximum.ScalarList", lambda a: torch._foreach_maximum(a, [0.0, 0.5, -0.5, 1.0]), 1, False),
+    ("_foreach_minimum.List", lambda a, b: torch._foreach_minimum(a, b), 2, False),
+    ("_foreach_pow.Scalar", lambda a: torch._foreach_pow(a, 2.0), 1, False),
+    ("_foreach_pow.ScalarAndTensor", lambda a: torch._foreach_pow(2.0, a), 1, False),
+    ("_foreach_pow_.List", lambda a, b: torch._foreach_pow_(a, b), 2, True),
+    ("_foreach_norm.Scalar", lambda a: torch._foreach_norm(a, 2), 1, False),
+    ("_foreach_norm.Scalar", lambda a: torch._foreach_norm(a, float("inf")), 1, False),
+    ("_foreach_max", lambda a: torch._foreach_max(a), 1, False),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_foreach_matches_cpu(case):
+    name, fn, n_lists, inplace = CASES[case]
+    positive = "pow" in name or "div" in name or "sqrt" in name or "reciprocal" in name
+    lists = _lists(n_lists, positive=positive)
+    with no_cpu_fallback():
+        rc, rt = _run(fn, lists, inplace)
+    assert len(rc) == len(rt) == N
+    for c, t in zip(rc, rt):
+        close(t, c)
+    assert name in torchtpu.native_ops()
+
+
+def test_foreach_runs_as_one_call_named_after_the_foreach_op():
+    """The trace names each position's node after the op the user called (the composite
+    slow path would show the element op, called once per position through the dispatcher)."""
+    a, b = _to_tpu(_lists(2))
+    with torchtpu.set_eager_mode("debug"):
+        torchtpu.trace(clear=True)
+        torch._foreach_addcmul_(a, b, b, value=0.1)
+        tr = torchtpu.trace(clear=True)
+    assert [e["op"] for e in tr] == ["_foreach_addcmul_.Scalar"] * N
+    assert all(e["path"] == "native" for e in tr)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64, torch.int64])
+def test_foreach_dtypes_and_promotion(dtype):
+    (a,) = _lists(1, dtype=dtype)
+    with no_cpu_fallback():
+        for fn in (lambda x: torch._foreach_mul(x, [2.5, 1.5, 0.5, 3.0]),  # int lists promote to float
+                   lambda x: torch._foreach_add(x, 2),
+                   lambda x: torch._foreach_abs(x)):
+            for c, t in zip(fn(a), fn(_to_tpu(a))):
+                close(t, c)
+
+
+def test_foreach_int_scalar_list_inplace():
+    (a,) = _lists(1, dtype=torch.int64)
+    at = _to_tpu(a)
+    torch._foreach_mul_(at, [2, 3, 4, 5])
+    ref = [t.clone() for t in a]
+    torch._foreach_mul_(ref, [2, 3, 4, 5])
+    for x, c in zip(at, ref):
+        close(x, c)
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        torch._foreach_mul_(at, [0.5, 1.0, 1.0, 1.0])
+
+
+def test_foreach_errors_name_the_problem_and_change_nothing():
+    a, b = _to_tpu(_lists(2))
+    before = [t.cpu() for t in a]
+    with pytest.raises(RuntimeError, match="Tensor list must have at least one tensor"):
+        torch._foreach_mul_([], 2.0)
+    with pytest.raises(RuntimeError, match="Tensor lists must have the same number of tensors, got 4 and 3"):
+        torch._foreach_add_(a, b[:3])
+    with pytest.raises(RuntimeError, match="same number of elements as scalar list"):
+        torch._foreach_mul_(a, [1.0, 2.0])
+    with pytest.raises(RuntimeError, match=r"found at least two devices, tpu:0 and cpu.*list position 1"):
+        torch._foreach_mul_([a[0], torch.ones(3)], 2.0)
+    # a bad position fails the whole call before any position runs
+    bad = list(b)
+    bad[2] = torch.randn(7, device="tpu")
+    with pytest.raises(RuntimeError, match="must match the size of tensor b"):
+        torch._foreach_add_(a, bad)
+    for t, c in zip(a, before):
+        torch.testing.assert_close(t.cpu(), c, rtol=0, atol=0)
+
+
+def test_foreach_autograd():
+    lists = _lists(2)
+    xc, yc = ([t.clone().requires_grad_() for t in ts] for ts in lists)
+    xt, yt = ([tpu(t).requires_grad_() for t in ts] for ts in lists)
+    for x, y in ((xc, yc), (xt, yt)):
+        outs = torch._foreach_mul(torch._foreach_sqrt(torch._foreach_abs(x)), y)
+        sum(o.sum() for o in outs).backward()
+    for c, t in zip(xc + yc, xt + yt):
+        close(t.grad, c.grad)
+
+
+@pytest.mark.parametrize("opt", ["adam", "adamw_amsgrad", "sgd_momentum", "clip_grad_norm"])
+def test_foreach_optimizer_steps_match_cpu(opt):
+    """The optimizers' foreach paths (the default on tpu, as on cuda) against CPU's."""
+    torch.manual_seed(0)
+    params = [torch.randn(s) for s in [(8, 4), (4,), (3, 3, 2)]]
+    grads = [torch.randn_like(p) for p in params]
+
+    def run(device):
+        ps = [p.clone().to(device).requires_grad_() for p in params]
+        for p, g in zip(ps, grads):
+            p.grad = g.to(device)
+        if opt == "clip_grad_norm":
+            n = torch.nn.utils.clip_grad_norm_(ps, 0.5, foreach=True)
+            return [p.grad for p in ps] + [n]
+        o = {"adam": lambda: torch.optim.Adam(ps, lr=0.1, weight_decay=0.01, foreach=True),
+             "adamw_amsgrad": lambda: torch.optim.AdamW(ps, lr=0.1, amsgrad=True, foreach=True),
+             "sgd_momentum": lambda: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, foreach=True)}[opt]()
+        for _ in range(3):
+            o.step()
+        return ps
+
+    with native("_foreach_norm", "_foreach_mul_", "_foreach_lerp_", "_foreach_addcdiv_", "_foreach_add_"):
+        got = run("tpu")
+    for t, c in zip(got, run("cpu")):
+        close(t.detach(), c.detach())
