@@ -79,14 +79,18 @@ typedef struct group_ctx_s {
   int64_t (*strides)[TPU_MAX_DIMS];
   const tpu_row_end_t* end; /* the ending row reduction, or NULL */
   int end_src;              /* the member whose output it reduces */
+  int64_t span;             /* columns per work item: TILE, or the whole row with `end` */
 } group_ctx_t;
 
-/* Rows [r0, r1) of the group's iteration space (one row = the last dimension), with
- * this chunk's own tile buffers: chunks never share scratch, so a group runs in parallel
- * over rows and every element is computed by the same sequence of operations. A member
- * whose stored output is dense in its compute dtype computes straight into memory, and
- * later members read that tile from there. */
-static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
+/* Work items [i0, i1) of the group's iteration space, with this chunk's own tile
+ * buffers: chunks never share scratch, so a group runs in parallel over items and every
+ * element is computed by the same sequence of operations. An item is `span` columns of
+ * one row (one row = the last dimension): a whole row when the group ends with a row
+ * reduction, else one tile, so that a group over few rows (an optimizer's update of one
+ * parameter is a single row) still runs on every thread. A member whose stored output is
+ * dense in its compute dtype computes straight into memory, and later members read that
+ * tile from there. */
+static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
   (void)tid;
   const group_ctx_t* c = vctx;
   tpu_node_t* const* nodes = c->nodes;
@@ -116,18 +120,21 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
     }
   }
   int64_t inner = nd ? shape[nd - 1] : 1;
-  int64_t idx[TPU_MAX_DIMS] = {0};
-  for (int64_t r = r0, d = nd - 2; d >= 0; --d) { idx[d] = r % shape[d]; r /= shape[d]; }
+  int64_t per_row = (inner + c->span - 1) / c->span;
   const char* tile_at[MAX_OPS]; /* this tile of each member's output */
-  for (int64_t r = r0; r < r1; ++r) {
+  for (int64_t item = i0; item < i1; ++item) {
+    int64_t r = item / per_row, c0 = item % per_row * c->span;
+    int64_t c1 = c0 + c->span < inner ? c0 + c->span : inner;
+    int64_t idx[TPU_MAX_DIMS] = {0};
+    for (int64_t q = r, d = nd - 2; d >= 0; --d) { idx[d] = q % shape[d]; q /= shape[d]; }
     int64_t base[MAX_OPS];
     for (int e = 0; e < c->n_ext; ++e) {
       int64_t off = ext[e]->offset;
       for (int d = 0; d < nd - 1; ++d) off += idx[d] * c->strides[e][d];
       base[e] = off;
     }
-    for (int64_t t0 = 0; t0 < inner; t0 += TILE) {
-      int64_t len = inner - t0 < TILE ? inner - t0 : TILE;
+    for (int64_t t0 = c0; t0 < c1; t0 += TILE) {
+      int64_t len = c1 - t0 < TILE ? c1 - t0 : TILE;
       for (int i = 0; i < k; ++i) {
         const tpu_node_t* n = nodes[i];
         char* nbuf = scratch + per_node * (size_t)i;
@@ -169,10 +176,6 @@ static tpu_status_t group_rows(void* vctx, int64_t r0, int64_t r1, int tid) {
       }
     }
     if (c->end) c->end->row(c->end, row_buf, r, row_scratch);
-    for (int d = nd - 2; d >= 0; --d) {
-      if (++idx[d] < shape[d]) break;
-      idx[d] = 0;
-    }
   }
   return NULL;
 }
@@ -262,7 +265,7 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   strides = tpu__malloc(sizeof(*strides) * (size_t)(n_ext ? n_ext : 1));
   if (!strides) { st = TPU_HOST_NOMEM(); goto done; }
   group_ctx_t ctx = {nodes, k, src, out_ext, cdt, fns, ext, n_ext, direct, consts, const_dt, n_const,
-                     0, {0}, strides, end ? &end_op : NULL, end_src};
+                     0, {0}, strides, end ? &end_op : NULL, end_src, 0};
   /* Broadcast-align every operand's strides, drop size-1 dims, merge contiguous dims. */
   for (int d = 0; d < nd; ++d) {
     if (shape_op->sizes[d] == 1) continue;
@@ -286,9 +289,11 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   for (int i = 0; i < k; ++i)
     direct[i] = out_ext[i] >= 0 && nodes[i]->out[0].dtype == cdt[i] && strides[out_ext[i]][ctx.nd - 1] == 1;
   int64_t inner = ctx.shape[ctx.nd - 1];
-  int64_t rows = numel / inner;
-  int64_t grain = inner >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / inner;
-  st = tpu__parallel_for(rows, grain, group_rows, &ctx);
+  ctx.span = end || inner <= TILE ? inner : TILE;
+  int64_t items = numel / inner * ((inner + ctx.span - 1) / ctx.span);
+  int64_t work = ctx.span * k; /* element-ops per item */
+  int64_t grain = work >= TPU_PARALLEL_MIN_WORK ? 1 : TPU_PARALLEL_MIN_WORK / work;
+  st = tpu__parallel_for(items, grain, group_rows, &ctx);
 done:
   tpu__free(end_op.state);
   tpu__free(strides);
