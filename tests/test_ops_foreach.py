@@ -182,3 +182,86 @@ def test_foreach_optimizer_steps_match_cpu(opt):
         got = run("tpu")
     for t, c in zip(got, run("cpu")):
         close(t.detach(), c.detach())
+
+
+FUSED = {
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.1, fused=True),
+    "adam_wd_amsgrad": lambda ps: torch.optim.Adam(ps, lr=0.1, weight_decay=0.1, amsgrad=True, fused=True),
+    "adam_maximize": lambda ps: torch.optim.Adam(ps, lr=0.1, maximize=True, fused=True),
+    "adamw_tensor_lr": lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.01), weight_decay=0.1, fused=True),
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, fused=True),
+    "sgd_nesterov": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01,
+                                               fused=True),
+    "sgd_dampening": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.5, fused=True),
+}
+
+
+def _fused_run(device, make, dtype, steps=3):
+    torch.manual_seed(0)
+    params = [torch.randn(s, dtype=torch.float64) for s in [(8, 4), (4,), (3, 3, 2)]]
+    grads = [torch.randn_like(p) for p in params]
+    ps = [p.to(dtype).to(device).requires_grad_() for p in params]
+    for p, g in zip(ps, grads):
+        p.grad = g.to(dtype).to(device)
+    opt = make(ps)
+    for _ in range(steps):
+        opt.step()
+    states = [t for p in ps for k, t in sorted(opt.state[p].items()) if k != "step" and t is not None]
+    return ps, states
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("name", list(FUSED))
+def test_fused_optimizers_match_cpu(name, dtype):
+    """fused=True (the default of Hugging Face's Trainer): _fused_adam_/_fused_adamw_/_fused_sgd_
+    run natively, one node per parameter, and match CPU's fused kernels."""
+    with native("_fused_adam_", "_fused_adamw_", "_fused_sgd_"):
+        got_p, got_s = _fused_run("tpu", FUSED[name], dtype)
+    want_p, want_s = _fused_run("cpu", FUSED[name], dtype)
+    assert len(got_s) == len(want_s)
+    for t, c in zip(got_p + got_s, want_p + want_s):
+        close(t.detach(), c.detach())
+
+
+@pytest.mark.parametrize("fused", ["adamw", "sgd_nesterov"])
+def test_fused_optimizer_with_grad_scaler_skips_inf_steps(fused):
+    """GradScaler passes grad_scale and found_inf to fused optimizers: the step unscales
+    the gradients, and a step whose gradients overflowed changes nothing."""
+    def run(device):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 3).to(device)
+        opt = FUSED[fused](list(m.parameters()))
+        scaler = torch.amp.GradScaler(device, init_scale=1024.0)
+        x = torch.randn(5, 4).to(device)
+        for i in range(3):
+            opt.zero_grad()
+            loss = m(x).pow(2).sum()
+            if i == 1:
+                loss = loss * float("inf")
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        return [p.detach() for p in m.parameters()], scaler.get_scale()
+
+    # the overflow is deliberate: debug mode's NaN/Inf check would stop at it
+    with native("_fused_adamw_", "_fused_sgd_"), torchtpu.set_debug_options(nan="off"):
+        got, got_scale = run("tpu")
+    want, want_scale = run("cpu")
+    assert got_scale == want_scale == 512.0
+    for t, c in zip(got, want):
+        close(t, c)
+
+
+def test_fused_optimizer_non_contiguous_state_falls_back_correctly():
+    """A layout the fused kernel does not take (a non-contiguous parameter) runs the whole
+    call through the counted CPU fallback, with the same result."""
+    def run(device):
+        torch.manual_seed(0)
+        base = torch.randn(6, 4).to(device)
+        p = base.t().detach().requires_grad_()  # non-contiguous leaf
+        p.grad = torch.randn(4, 6).to(device)
+        opt = torch.optim.AdamW([p], lr=0.1, fused=True)
+        opt.step()
+        return p.detach()
+
+    close(run("tpu"), run("cpu"))

@@ -59,6 +59,7 @@ struct OpKernel final : c10::OperatorKernel {
   std::vector<bool> is_generator;     // per argument: Generator?
   std::vector<bool> is_scalar;        // per argument: Scalar (a number of any kind)
   std::vector<bool> is_scalar_list;   // per argument: Scalar[]
+  std::vector<int> written_lists;     // foreach: the Tensor(a!)[] arguments, in order
   // Per schema return: true for Tensor. Tensor returns beyond the node's outputs (e.g.
   // the unused philox/cum_seq slots of fused attention) come back as empty tensors,
   // integer returns as 0.
@@ -87,6 +88,8 @@ void init_kernel(OpKernel& k, int index, const c10::FunctionSchema& schema) {
     k.is_scalar.push_back(t->kind() == c10::TypeKind::NumberType);
     auto l = t->cast<c10::ListType>();
     k.is_scalar_list.push_back(l && l->getElementType()->kind() == c10::TypeKind::NumberType);
+    if (l && arg.alias_info() && arg.alias_info()->isWrite())
+      k.written_lists.push_back(static_cast<int>(k.is_scalar_list.size()) - 1);
   }
   for (const auto& r : schema.returns())
     k.ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);
@@ -317,7 +320,9 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
 
 // A torch._foreach_* op: libtpurt prepares the element op's node for every list position
 // first (so a bad position fails the call before any position runs), then each is bound
-// (in-place: self[k]; functional: a new tensor) and submitted in order.
+// and submitted in order. Functional forms: one new tensor per position. In-place forms:
+// output i is position k of the i-th written list (self; the fused optimizers also
+// update grads and their state lists), absent outputs left unbound.
 void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ArrayRef<c10::IValue> args,
                            c10::DeviceIndex dev, const c10::SmallVector<tpu_arg_t, 12>& targs) const {
   // ATen's slow kernel would run each position on its own tensor's device; here every
@@ -340,7 +345,8 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
   };
   for (int64_t k = 0; k < len; ++k) {
     tpu_status_t st = tpu_foreach_prepare(index, variant, targs.data(), n_args, k, &nodes[k]);
-    if (!st && tpu_node_output_count(nodes[k]) != 1)
+    size_t want = variant == TPU_VARIANT_INPLACE ? written_lists.size() : 1;
+    if (!st && static_cast<size_t>(tpu_node_output_count(nodes[k])) != want)
       st = tpu_status_make(TPU_INTERNAL, "%s: element op with %d outputs", tpu_aten_op_name(index),
                            tpu_node_output_count(nodes[k]));
     if (!st) continue;
@@ -354,28 +360,32 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
     check(st);
   }
   c10::List<at::Tensor> outs;
-  c10::List<at::Tensor> selfs;
-  if (variant == TPU_VARIANT_INPLACE) selfs = args[0].toTensorList();
+  std::vector<c10::List<at::Tensor>> written;
+  if (variant == TPU_VARIANT_INPLACE)
+    for (int i : written_lists) written.push_back(args[i].toTensorList());
   else outs.reserve(static_cast<size_t>(len));
   for (int64_t k = 0; k < len; ++k) {
     tpu_node_t* node = nodes[k];
     nodes[k] = nullptr;
     try {
-      at::Tensor out;
-      if (variant == TPU_VARIANT_INPLACE) {
-        out = selfs.get(static_cast<size_t>(k));
-      } else {
+      for (int i = 0; i < tpu_node_output_count(node); ++i) {
         tpu_dtype_t dt;
         int32_t nd;
         int64_t sizes[TPU_MAX_DIMS];
-        tpu_node_output_meta(node, 0, &dt, &nd, sizes);
-        out = at::empty(at::IntArrayRef(sizes, nd), at::TensorOptions()
-                                                        .dtype(static_cast<at::ScalarType>(dt))
-                                                        .device(at::Device(kTpu, dev)));
-        outs.push_back(out);
+        tpu_node_output_meta(node, i, &dt, &nd, sizes);
+        if (nd < 0) continue;  // absent (e.g. max_exp_avg_sqs without amsgrad)
+        at::Tensor out;
+        if (variant == TPU_VARIANT_INPLACE) {
+          out = written[i].get(static_cast<size_t>(k));
+        } else {
+          out = at::empty(at::IntArrayRef(sizes, nd), at::TensorOptions()
+                                                          .dtype(static_cast<at::ScalarType>(dt))
+                                                          .device(at::Device(kTpu, dev)));
+          outs.push_back(out);
+        }
+        tpu_view_t ov = view_of(out);
+        check(tpu_node_bind_output(node, i, &ov));
       }
-      tpu_view_t ov = view_of(out);
-      check(tpu_node_bind_output(node, 0, &ov));
     } catch (...) {
       tpu_node_discard(node);
       discard_from(k + 1);

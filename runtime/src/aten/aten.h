@@ -43,7 +43,7 @@ typedef struct tpu_aten_entry_s {
 extern const tpu_aten_entry_t tpu__aten_complex_alt[];
 
 /* Each family exports a NULL-name-terminated entry array. */
-#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(foreach)
+#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(foreach) X(optim)
 #define TPU__DECL_TAB(f) extern const tpu_aten_entry_t tpu__aten_##f[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB
@@ -51,9 +51,9 @@ TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 /* Foreach entries (aten/foreach.c): the element op's name; the lists' common length
  * (ATen's checks and messages); the element op's arguments for list position k (at most
  * TPU_FOREACH_MAX_ARGS; tensors and scalars copied from the lists). */
-#define TPU_FOREACH_MAX_ARGS 8
+#define TPU_FOREACH_MAX_ARGS 16
 const char* tpu__foreach_element(const tpu_aten_entry_t* e);
-tpu_status_t tpu__foreach_length(const char* name, const tpu_arg_t* args, int nargs, int64_t* out_len);
+tpu_status_t tpu__foreach_length(const tpu_aten_entry_t* e, const tpu_arg_t* args, int nargs, int64_t* out_len);
 tpu_status_t tpu__foreach_args(const tpu_aten_entry_t* e, const tpu_arg_t* args, int nargs, int64_t k,
                                tpu_arg_t* out, int* out_n);
 

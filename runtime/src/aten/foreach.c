@@ -10,7 +10,8 @@
  * position (aten/src/ATen/native/ForeachOpsKernels.cpp): maximum/minimum with a scalar
  * are clamp_min/clamp_max, norm is linalg_vector_norm(self, ord, None, False, dtype).
  * Position k of every Tensor[] and Scalar[] argument replaces the list; other arguments
- * pass as they are. Forms not listed (the packed Tensor scalars of addcmul/addcdiv,
+ * pass as they are. The fused optimizer steps (_fused_adam_, _fused_adamw_, _fused_sgd_)
+ * are foreach ops too, with element ops of their own (aten/optim.c). Forms not listed (the packed Tensor scalars of addcmul/addcdiv,
  * in-place maximum/minimum of two lists, copy_, clone, mm, powsum) keep the slow kernel. */
 #include <string.h>
 
@@ -26,14 +27,16 @@ typedef struct foreach_def_s {
   const char* element;
   int n_map;             /* 0: the element op takes the foreach op's arguments */
   int map[MAX_MAP];
+  unsigned may_be_empty; /* bit i: list argument i may be empty (each position: None) */
 } foreach_def_t;
 
 static tpu_status_t build_direct(tpu_build_t* b) {
   return tpu_status_make(TPU_INTERNAL, "%s: a foreach op is prepared per list position", b->name);
 }
 
-#define D(el) (&(const foreach_def_t){el, 0, {0}})
+#define D(el) (&(const foreach_def_t){el, 0, {0}, 0})
 #define E(name, el) {"_foreach_" name, build_direct, D(el), TPU_ATEN_FOREACH}
+#define FUSED(name, el, empty) {name, build_direct, &(const foreach_def_t){el, 0, {0}, empty}, TPU_ATEN_FOREACH}
 #define UNARY(op) E(#op, #op), E(#op "_", #op "_")
 /* op.Scalar / .ScalarList take the element's Scalar form, .List its Tensor form. */
 #define ARITH(op)                                                                    \
@@ -79,7 +82,15 @@ const tpu_aten_entry_t tpu__aten_foreach[] = {
     E("max", "max"),
     /* _foreach_norm(self, ord, dtype) -> linalg_vector_norm(self, ord, None, False, dtype) */
     {"_foreach_norm.Scalar", build_direct,
-     &(const foreach_def_t){"linalg_vector_norm", 5, {0, 1, ARG_NONE, ARG_FALSE, 2}}, TPU_ATEN_FOREACH},
+     &(const foreach_def_t){"linalg_vector_norm", 5, {0, 1, ARG_NONE, ARG_FALSE, 2}, 0}, TPU_ATEN_FOREACH},
+    /* fused optimizer steps (aten/optim.c): max_exp_avg_sqs is empty without amsgrad,
+     * momentum_buffer_list without momentum */
+    FUSED("_fused_adam_", "tpu::adam_step", 1u << 4),
+    FUSED("_fused_adam_.tensor_lr", "tpu::adam_step", 1u << 4),
+    FUSED("_fused_adamw_", "tpu::adamw_step", 1u << 4),
+    FUSED("_fused_adamw_.tensor_lr", "tpu::adamw_step", 1u << 4),
+    FUSED("_fused_sgd_", "tpu::sgd_step", 1u << 2),
+    FUSED("_fused_sgd_.tensor_lr", "tpu::sgd_step", 1u << 2),
     {NULL, NULL, NULL, 0},
 };
 
@@ -91,7 +102,9 @@ static bool is_list(const tpu_arg_t* a) {
   return a->kind == TPU_ARG_TENSORLIST || a->kind == TPU_ARG_SCALARLIST;
 }
 
-tpu_status_t tpu__foreach_length(const char* name, const tpu_arg_t* args, int nargs, int64_t* out_len) {
+tpu_status_t tpu__foreach_length(const tpu_aten_entry_t* e, const tpu_arg_t* args, int nargs, int64_t* out_len) {
+  const char* name = e->name;
+  unsigned may_be_empty = ((const foreach_def_t*)e->data)->may_be_empty;
   const tpu_arg_t* first = NULL; /* the first Tensor[] */
   for (int i = 0; i < nargs && !first; ++i)
     if (args[i].kind == TPU_ARG_TENSORLIST) first = &args[i];
@@ -101,6 +114,7 @@ tpu_status_t tpu__foreach_length(const char* name, const tpu_arg_t* args, int na
     return tpu_status_make(TPU_INVALID_ARGUMENT, "%s: Tensor list must have at least one tensor.", name);
   for (int i = 0; i < nargs; ++i) {
     const tpu_arg_t* a = &args[i];
+    if (a->list_len == 0 && (may_be_empty >> i & 1u)) continue;
     if (a->kind == TPU_ARG_TENSORLIST && a->list_len != first->list_len)
       return tpu_status_make(TPU_INVALID_ARGUMENT,
                              "%s: Tensor lists must have the same number of tensors, got %lld and %lld",
@@ -128,6 +142,11 @@ tpu_status_t tpu__foreach_args(const tpu_aten_entry_t* e, const tpu_arg_t* args,
     }
     const tpu_arg_t* s = &args[src];
     if (!is_list(s)) { *a = *s; continue; }
+    if (s->list_len == 0 && (d->may_be_empty >> src & 1u)) {
+      memset(a, 0, sizeof(*a));
+      a->kind = TPU_ARG_NONE;
+      continue;
+    }
     if (k < 0 || k >= s->list_len)
       return tpu_status_make(TPU_INTERNAL, "%s: list position %lld out of range", e->name, (long long)k);
     if (s->kind == TPU_ARG_SCALARLIST) { *a = s->scalars[k]; continue; }

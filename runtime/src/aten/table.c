@@ -153,7 +153,7 @@ bool tpu_aten_op_is_foreach(int index) {
 
 tpu_status_t tpu_foreach_length(int index, const tpu_arg_t* args, int nargs, int64_t* out_len) {
   if (!tpu_aten_op_is_foreach(index)) return tpu_status_make(TPU_INTERNAL, "entry %d is not a foreach op", index);
-  return tpu__foreach_length(entries[index]->name, args, nargs, out_len);
+  return tpu__foreach_length(entries[index], args, nargs, out_len);
 }
 
 tpu_status_t tpu_foreach_prepare(int index, tpu_variant_t variant, const tpu_arg_t* args,
