@@ -265,3 +265,69 @@ def test_fused_optimizer_non_contiguous_state_falls_back_correctly():
         return p.detach()
 
     close(run("tpu"), run("cpu"))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_amp_unscale_matches_cpu(dtype):
+    """GradScaler's check-and-unscale: every gradient times inv_scale, found_inf set to 1
+    once any gradient held a NaN or Inf (and never cleared)."""
+    for bad in (None, float("inf"), float("nan")):
+        (gs,) = _lists(1, dtype=dtype)
+        if bad is not None:
+            gs[1].view(-1)[2] = bad
+        results = []
+        for device in ("cpu", "tpu"):
+            # the non-finite gradient is the point here: debug mode's check would stop at it
+            with native("_amp_foreach_non_finite_check_and_unscale_"), \
+                    torchtpu.set_debug_options(nan="off" if bad else "raise"):
+                g = [t.clone().to(device) for t in gs]
+                found = torch.zeros(1, device=device)
+                inv = torch.full((1,), 0.125, device=device)
+                torch._amp_foreach_non_finite_check_and_unscale_(g, found, inv)
+                results.append(([t.cpu() for t in g], found.cpu()))
+        (gc, fc), (gt, ft) = results
+        assert fc.item() == ft.item() == (0.0 if bad is None else 1.0)
+        for t, c in zip(gt, gc):
+            torch.testing.assert_close(t, c, equal_nan=True, rtol=0, atol=0)
+
+
+def test_amp_update_scale_matches_cpu():
+    """Back off after an overflow, grow after growth_interval clean steps (if finite)."""
+    def run(device):
+        scale = torch.full((1,), 2.0 ** 126, device=device)
+        tracker = torch.zeros(1, dtype=torch.int32, device=device)
+        seen = []
+        for found in (0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0):
+            f = torch.full((1,), found, device=device)
+            with native("_amp_update_scale_"):
+                torch._amp_update_scale_(scale, tracker, f, 2.0, 0.5, 2)
+            seen.append((scale.cpu().clone(), tracker.cpu().clone()))
+        return seen
+
+    for (st, tt), (sc, tc) in zip(run("tpu"), run("cpu")):
+        assert torch.equal(st, sc) and torch.equal(tt, tc), (st, sc, tt, tc)
+
+
+def test_grad_scaler_training_runs_natively():
+    """The CUDA-style AMP loop (GradScaler, growth and backoff) on tpu: no CPU fallback and
+    the same parameters and scale as CPU."""
+    def run(device):
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 3).to(device)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        scaler = torch.amp.GradScaler(device, init_scale=256.0, growth_interval=2)
+        x = torch.randn(5, 4).to(device)
+        for i in range(5):
+            opt.zero_grad()
+            loss = m(x).pow(2).sum() * (float("inf") if i == 2 else 1.0)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        return [p.detach() for p in m.parameters()], scaler.get_scale()
+
+    with no_cpu_fallback(), torchtpu.set_debug_options(nan="off"):
+        got, got_scale = run("tpu")
+    want, want_scale = run("cpu")
+    assert got_scale == want_scale
+    for t, c in zip(got, want):
+        close(t, c)

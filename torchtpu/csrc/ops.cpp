@@ -59,7 +59,7 @@ struct OpKernel final : c10::OperatorKernel {
   std::vector<bool> is_generator;     // per argument: Generator?
   std::vector<bool> is_scalar;        // per argument: Scalar (a number of any kind)
   std::vector<bool> is_scalar_list;   // per argument: Scalar[]
-  std::vector<int> written_lists;     // foreach: the Tensor(a!)[] arguments, in order
+  std::vector<int> written_args;      // in-place forms: the written (a!) arguments, in order
   // Per schema return: true for Tensor. Tensor returns beyond the node's outputs (e.g.
   // the unused philox/cum_seq slots of fused attention) come back as empty tensors,
   // integer returns as 0.
@@ -88,8 +88,8 @@ void init_kernel(OpKernel& k, int index, const c10::FunctionSchema& schema) {
     k.is_scalar.push_back(t->kind() == c10::TypeKind::NumberType);
     auto l = t->cast<c10::ListType>();
     k.is_scalar_list.push_back(l && l->getElementType()->kind() == c10::TypeKind::NumberType);
-    if (l && arg.alias_info() && arg.alias_info()->isWrite())
-      k.written_lists.push_back(static_cast<int>(k.is_scalar_list.size()) - 1);
+    if (!arg.is_out() && arg.alias_info() && arg.alias_info()->isWrite())
+      k.written_args.push_back(static_cast<int>(k.is_scalar_list.size()) - 1);
   }
   for (const auto& r : schema.returns())
     k.ret_is_tensor.push_back(r.real_type()->kind() == c10::TypeKind::TensorType);
@@ -284,8 +284,8 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
       tpu_node_output_meta(node, i, &dt, &nd, sizes);
       if (nd < 0) continue;  // absent output: an undefined tensor
       at::IntArrayRef shape(sizes, nd);
-      if (variant == TPU_VARIANT_INPLACE && i == 0) {
-        outs[i] = args[0].toTensor();
+      if (variant == TPU_VARIANT_INPLACE && static_cast<size_t>(i) < written_args.size()) {
+        outs[i] = args[written_args[i]].toTensor();  // self, and any other written argument
       } else if (variant == TPU_VARIANT_OUT && i < n_out_args) {
         outs[i] = args[n_args - n_out_args + i].toTensor();
         TORCH_CHECK(outs[i].device().type() == kTpu, name, ": out= tensor must be on tpu, got ",
@@ -321,8 +321,9 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
 // A torch._foreach_* op: libtpurt prepares the element op's node for every list position
 // first (so a bad position fails the call before any position runs), then each is bound
 // and submitted in order. Functional forms: one new tensor per position. In-place forms:
-// output i is position k of the i-th written list (self; the fused optimizers also
-// update grads and their state lists), absent outputs left unbound.
+// output i is the i-th written argument, position k of it for a list (self; the fused
+// optimizers also update grads and their state lists, GradScaler's unscale found_inf),
+// absent outputs left unbound.
 void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ArrayRef<c10::IValue> args,
                            c10::DeviceIndex dev, const c10::SmallVector<tpu_arg_t, 12>& targs) const {
   // ATen's slow kernel would run each position on its own tensor's device; here every
@@ -345,7 +346,7 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
   };
   for (int64_t k = 0; k < len; ++k) {
     tpu_status_t st = tpu_foreach_prepare(index, variant, targs.data(), n_args, k, &nodes[k]);
-    size_t want = variant == TPU_VARIANT_INPLACE ? written_lists.size() : 1;
+    size_t want = variant == TPU_VARIANT_INPLACE ? written_args.size() : 1;
     if (!st && static_cast<size_t>(tpu_node_output_count(nodes[k])) != want)
       st = tpu_status_make(TPU_INTERNAL, "%s: element op with %d outputs", tpu_aten_op_name(index),
                            tpu_node_output_count(nodes[k]));
@@ -360,10 +361,7 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
     check(st);
   }
   c10::List<at::Tensor> outs;
-  std::vector<c10::List<at::Tensor>> written;
-  if (variant == TPU_VARIANT_INPLACE)
-    for (int i : written_lists) written.push_back(args[i].toTensorList());
-  else outs.reserve(static_cast<size_t>(len));
+  if (variant != TPU_VARIANT_INPLACE) outs.reserve(static_cast<size_t>(len));
   for (int64_t k = 0; k < len; ++k) {
     tpu_node_t* node = nodes[k];
     nodes[k] = nullptr;
@@ -376,7 +374,8 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
         if (nd < 0) continue;  // absent (e.g. max_exp_avg_sqs without amsgrad)
         at::Tensor out;
         if (variant == TPU_VARIANT_INPLACE) {
-          out = written[i].get(static_cast<size_t>(k));
+          const c10::IValue& w = args[written_args[i]];
+          out = w.isTensorList() ? w.toTensorList().get(static_cast<size_t>(k)) : w.toTensor();
         } else {
           out = at::empty(at::IntArrayRef(sizes, nd), at::TensorOptions()
                                                           .dtype(static_cast<at::ScalarType>(dt))

@@ -91,6 +91,7 @@ const tpu_aten_entry_t tpu__aten_foreach[] = {
     FUSED("_fused_adamw_.tensor_lr", "tpu::adamw_step", 1u << 4),
     FUSED("_fused_sgd_", "tpu::sgd_step", 1u << 2),
     FUSED("_fused_sgd_.tensor_lr", "tpu::sgd_step", 1u << 2),
+    FUSED("_amp_foreach_non_finite_check_and_unscale_", "tpu::amp_unscale", 0),
     {NULL, NULL, NULL, 0},
 };
 

@@ -19,6 +19,13 @@
  *   out: 0 param, 1 grad (with grad_scale), 2 momentum_buffer (momentum != 0)
  *   ia:  0 nesterov, 1 maximize, 2 is_first_step
  *   da:  0 lr, 1 weight_decay, 2 momentum, 3 dampening
+ * GradScaler's ops (torch.amp): _amp_foreach_non_finite_check_and_unscale_ is a foreach
+ * entry too, one AMP_UNSCALE node per gradient:
+ *   in:  0 grad, 1 found_inf, 2 inv_scale;  out: 0 grad (times inv_scale), 1 found_inf
+ *        (1.0 once any gradient held a NaN or Inf; never cleared)
+ * and _amp_update_scale_ one AMP_UPDATE_SCALE node:
+ *   in:  0 scale, 1 growth_tracker, 2 found_inf;  out: 0 scale, 1 growth_tracker
+ *   da:  0 growth factor, 1 backoff factor;  ia: 0 growth interval
  * Every tensor of one parameter must have the parameter's dtype and shape and be
  * contiguous; other layouts are left to the CPU fallback (UNIMPLEMENTED). */
 #include "aten/aten.h"
@@ -143,6 +150,50 @@ static tpu_status_t build_sgd(tpu_build_t* b) {
   return out_like(b, p, momentum);
 }
 
+/* A one-element float32 tensor that the op reads or writes (found_inf, scale). */
+static tpu_status_t f32_scalar(tpu_build_t* b, int i, const char* what, const tpu_view_t** out) {
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, i, out));
+  if (tpu_view_numel(*out) != 1) return tpu__err(b, TPU_INVALID_ARGUMENT, "%s must be a 1-element tensor.", what);
+  if ((*out)->dtype != TPU_DTYPE_F32) return tpu__err(b, TPU_INVALID_ARGUMENT, "%s must be a float tensor.", what);
+  return tpu__node_add_input(b->node, *out);
+}
+
+static tpu_status_t build_amp_unscale(tpu_build_t* b) {
+  tpu_node_t* n = b->node;
+  n->kind = TPU_KIND_AMP_UNSCALE;
+  const tpu_view_t *g, *found, *inv;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &g));
+  if (g->dtype != TPU_DTYPE_F32 && g->dtype != TPU_DTYPE_F64 && g->dtype != TPU_DTYPE_BF16 && g->dtype != TPU_DTYPE_F16)
+    return tpu__err_not_implemented_for(b, "_amp_foreach_non_finite_check_and_unscale_cpu", g->dtype);
+  n->compute = g->dtype == TPU_DTYPE_F64 ? TPU_DTYPE_F64 : TPU_DTYPE_F32;
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, g));
+  TPU_RETURN_IF_ERROR(f32_scalar(b, 1, "found_inf", &found));
+  TPU_RETURN_IF_ERROR(f32_scalar(b, 2, "inv_scale", &inv));
+  if (tpu__node_add_output(n, g->dtype, g->ndim, g->sizes) < 0 ||
+      tpu__node_add_output(n, found->dtype, found->ndim, found->sizes) < 0)
+    return tpu_status_make(TPU_INTERNAL, "%s: too many outputs", b->name);
+  return NULL;
+}
+
+static tpu_status_t build_amp_update_scale(tpu_build_t* b) {
+  tpu_node_t* n = b->node;
+  n->kind = TPU_KIND_AMP_UPDATE_SCALE;
+  const tpu_view_t *scale, *tracker, *found;
+  TPU_RETURN_IF_ERROR(f32_scalar(b, 0, "current_scale", &scale));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &tracker));
+  if (tpu_view_numel(tracker) != 1 || tracker->dtype != TPU_DTYPE_I32)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "growth_tracker must be a 1-element int tensor.");
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(n, tracker));
+  TPU_RETURN_IF_ERROR(f32_scalar(b, 2, "found_inf", &found));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 3, &n->da[0]));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 4, &n->da[1]));
+  TPU_RETURN_IF_ERROR(tpu__arg_int(b, 5, &n->ia[0]));
+  if (tpu__node_add_output(n, scale->dtype, scale->ndim, scale->sizes) < 0 ||
+      tpu__node_add_output(n, tracker->dtype, tracker->ndim, tracker->sizes) < 0)
+    return tpu_status_make(TPU_INTERNAL, "%s: too many outputs", b->name);
+  return NULL;
+}
+
 static const int k_adamw = 1;
 
 const tpu_aten_entry_t tpu__aten_optim[] = {
@@ -151,5 +202,7 @@ const tpu_aten_entry_t tpu__aten_optim[] = {
     {"tpu::adam_step", build_adam, NULL},
     {"tpu::adamw_step", build_adam, &k_adamw},
     {"tpu::sgd_step", build_sgd, NULL},
+    {"tpu::amp_unscale", build_amp_unscale, NULL},
+    {"_amp_update_scale_", build_amp_update_scale, NULL},
     {NULL, NULL, NULL},
 };

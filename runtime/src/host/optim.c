@@ -178,7 +178,69 @@ static tpu_status_t sgd_kernel(tpu_node_t* n) {
   return tpu__parallel_for(tpu__operand_numel(&n->in[0]), 1 << 14, sgd_chunk, &a);
 }
 
+/* ---- GradScaler ------------------------------------------------------------------------ */
+typedef struct unscale_s {
+  tpu_node_t* n;
+  double inv;
+  int nonfinite; /* any chunk saw a NaN or Inf (atomic or) */
+} unscale_t;
+
+static tpu_status_t unscale_chunk(void* ctx, int64_t i0, int64_t i1, int tid) {
+  unscale_t* a = ctx;
+  tpu_node_t* n = a->n;
+  tpu_dtype_t ct = n->compute;
+  double buf[BLOCK];
+  int bad = 0;
+  for (int64_t s = i0; s < i1; s += BLOCK) {
+    int64_t len = i1 - s < BLOCK ? i1 - s : BLOCK;
+    void* g = load_block(&n->in[0], &n->out[0], s, len, ct, buf);
+    if (ct == TPU_DTYPE_F64) {
+      double* x = g;
+      for (int64_t i = 0; i < len; ++i) { bad |= !isfinite(x[i]); x[i] *= a->inv; }
+    } else {
+      float* x = g;
+      float inv = (float)a->inv;
+      for (int64_t i = 0; i < len; ++i) { bad |= !isfinite(x[i]); x[i] *= inv; }
+    }
+    store_block(&n->out[0], s, len, ct, g);
+  }
+  (void)tid;
+  if (bad) __atomic_fetch_or(&a->nonfinite, 1, __ATOMIC_RELAXED);
+  return NULL;
+}
+
+static tpu_status_t amp_unscale_kernel(tpu_node_t* n) {
+  unscale_t a = {.n = n, .inv = scalar_in(n, 2)};
+  TPU_RETURN_IF_ERROR(tpu__parallel_for(tpu__operand_numel(&n->in[0]), 1 << 14, unscale_chunk, &a));
+  float found = (float)scalar_in(n, 1);
+  if (a.nonfinite) found = 1.0f;
+  *(float*)tpu__operand_ptr(&n->out[1]) = found;
+  return NULL;
+}
+
+/* ATen's rule: back off on an overflow; grow after growth_interval clean steps in a row,
+ * when the grown scale is finite. */
+static tpu_status_t amp_update_scale_kernel(tpu_node_t* n) {
+  float scale = (float)scalar_in(n, 0);
+  int32_t tracker = (int32_t)tpu__load_i64(tpu__operand_ptr(&n->in[1]), n->in[1].dtype);
+  if (scalar_in(n, 2) != 0) {
+    scale *= (float)n->da[1];
+    tracker = 0;
+  } else if (tracker + 1 == n->ia[0]) {
+    float grown = scale * (float)n->da[0];
+    if (isfinite(grown)) scale = grown;
+    tracker = 0;
+  } else {
+    tracker++;
+  }
+  *(float*)tpu__operand_ptr(&n->out[0]) = scale;
+  *(int32_t*)tpu__operand_ptr(&n->out[1]) = tracker;
+  return NULL;
+}
+
 void tpu__host_register_optim(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_AMP_UNSCALE] = amp_unscale_kernel;
+  table[TPU_KIND_AMP_UPDATE_SCALE] = amp_update_scale_kernel;
   table[TPU_KIND_ADAM_STEP] = adam_kernel;
   table[TPU_KIND_SGD_STEP] = sgd_kernel;
 }
