@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "host/host.h"
+#include "host/vmath.h"
 
 #define BLOCK 512
 
@@ -55,33 +56,40 @@ typedef struct adam_s {
   bool amsgrad, maximize, adamw, scaled;
 } adam_t;
 
-#define ADAM_BLOCK(T)                                                                         \
-  static void adam_block_##T(const adam_t* a, T* p, T* g, T* m, T* v, T* vmax, int64_t len) { \
-    const T b1 = (T)a->beta1, b2 = (T)a->beta2, c1 = (T)(1 - a->beta1), c2 = (T)(1 - a->beta2);  \
+/* A block in simple passes, each a loop without branches that vectorizes (one loop with
+ * the flags inside stays scalar): the gradient as used (unscaled, negated, with coupled
+ * weight decay) into gr, then the moments, then the parameter. */
+#define ADAM_BLOCK(T, SQRT)                                                                   \
+  TPU_ISA_CLONES static void adam_block_##T(const adam_t* a, T* restrict p, T* restrict g,    \
+                                            T* restrict m, T* restrict v, T* restrict vmax,   \
+                                            int64_t len) {                                    \
+    const T b1 = (T)a->beta1, b2 = (T)a->beta2, c1 = (T)(1 - a->beta1), c2 = (T)(1 - a->beta2); \
     const T wd = (T)a->wd, decay = (T)(1 - a->lr * a->wd), eps = (T)a->eps;                    \
     const T step = (T)a->step_size, bc2 = (T)a->bc2_sqrt, scale = (T)a->grad_scale;            \
+    T gr[BLOCK];                                                                              \
+    if (a->scaled)                                                                            \
+      for (int64_t i = 0; i < len; ++i) g[i] = g[i] / scale;                                  \
+    if (a->maximize)                                                                          \
+      for (int64_t i = 0; i < len; ++i) gr[i] = -g[i];                                        \
+    else                                                                                      \
+      for (int64_t i = 0; i < len; ++i) gr[i] = g[i];                                         \
+    if (a->wd != 0 && a->adamw)                                                               \
+      for (int64_t i = 0; i < len; ++i) p[i] = p[i] * decay;                                  \
+    else if (a->wd != 0)                                                                      \
+      for (int64_t i = 0; i < len; ++i) gr[i] = gr[i] + p[i] * wd;                            \
     for (int64_t i = 0; i < len; ++i) {                                                       \
-      T gr = g[i];                                                                            \
-      if (a->scaled) g[i] = gr = gr / scale;                                                  \
-      if (a->maximize) gr = -gr;                                                              \
-      T pv = p[i];                                                                            \
-      if (a->wd != 0) {                                                                       \
-        if (a->adamw) pv = pv * decay;                                                        \
-        else gr = gr + pv * wd;                                                               \
-      }                                                                                       \
-      T mv = m[i] * b1 + gr * c1;                                                             \
-      T vv = v[i] * b2 + gr * gr * c2;                                                        \
-      m[i] = mv;                                                                              \
-      v[i] = vv;                                                                              \
-      if (a->amsgrad) {                                                                       \
-        vmax[i] = vmax[i] > vv ? vmax[i] : vv;                                                \
-        vv = vmax[i];                                                                         \
-      }                                                                                       \
-      p[i] = pv - step * mv / (sqrt(vv) / bc2 + eps);                                         \
+      m[i] = m[i] * b1 + gr[i] * c1;                                                          \
+      v[i] = v[i] * b2 + gr[i] * gr[i] * c2;                                                  \
     }                                                                                         \
+    const T* den = v;                                                                         \
+    if (a->amsgrad) {                                                                         \
+      for (int64_t i = 0; i < len; ++i) vmax[i] = vmax[i] > v[i] ? vmax[i] : v[i];            \
+      den = vmax;                                                                             \
+    }                                                                                         \
+    for (int64_t i = 0; i < len; ++i) p[i] = p[i] - step * m[i] / (SQRT(den[i]) / bc2 + eps); \
   }
-ADAM_BLOCK(float)
-ADAM_BLOCK(double)
+ADAM_BLOCK(float, sqrtf)
+ADAM_BLOCK(double, sqrt)
 
 static tpu_status_t adam_chunk(void* ctx, int64_t i0, int64_t i1, int tid) {
   (void)tid;
@@ -128,21 +136,30 @@ typedef struct sgd_s {
 } sgd_t;
 
 #define SGD_BLOCK(T)                                                                        \
-  static void sgd_block_##T(const sgd_t* a, T* p, T* g, T* buf, int64_t len) {              \
+  TPU_ISA_CLONES static void sgd_block_##T(const sgd_t* a, T* restrict p, T* restrict g,     \
+                                           T* restrict buf, int64_t len) {                   \
     const T lr = (T)a->lr, wd = (T)a->wd, mom = (T)a->momentum, damp = (T)(1 - a->dampening); \
     const T scale = (T)a->grad_scale;                                                       \
-    for (int64_t i = 0; i < len; ++i) {                                                     \
-      T gr = g[i];                                                                          \
-      if (a->scaled) g[i] = gr = gr / scale;                                                \
-      if (a->maximize) gr = -gr;                                                            \
-      if (a->wd != 0) gr = gr + p[i] * wd;                                                  \
-      if (a->has_buf) {                                                                     \
-        T bv = a->first ? gr : buf[i] * mom + gr * damp;                                    \
-        buf[i] = bv;                                                                        \
-        gr = a->nesterov ? gr + bv * mom : bv;                                              \
-      }                                                                                     \
-      p[i] = p[i] - lr * gr;                                                                \
+    T gr[BLOCK];                                                                            \
+    if (a->scaled)                                                                          \
+      for (int64_t i = 0; i < len; ++i) g[i] = g[i] / scale;                                \
+    if (a->maximize)                                                                        \
+      for (int64_t i = 0; i < len; ++i) gr[i] = -g[i];                                      \
+    else                                                                                    \
+      for (int64_t i = 0; i < len; ++i) gr[i] = g[i];                                       \
+    if (a->wd != 0)                                                                         \
+      for (int64_t i = 0; i < len; ++i) gr[i] = gr[i] + p[i] * wd;                          \
+    if (a->has_buf) {                                                                       \
+      if (a->first)                                                                         \
+        for (int64_t i = 0; i < len; ++i) buf[i] = gr[i];                                   \
+      else                                                                                  \
+        for (int64_t i = 0; i < len; ++i) buf[i] = buf[i] * mom + gr[i] * damp;             \
+      if (a->nesterov)                                                                      \
+        for (int64_t i = 0; i < len; ++i) gr[i] = gr[i] + buf[i] * mom;                     \
+      else                                                                                  \
+        for (int64_t i = 0; i < len; ++i) gr[i] = buf[i];                                   \
     }                                                                                       \
+    for (int64_t i = 0; i < len; ++i) p[i] = p[i] - lr * gr[i];                             \
   }
 SGD_BLOCK(float)
 SGD_BLOCK(double)
