@@ -63,13 +63,13 @@ def attention_inference(device, quick):
     return step
 
 
-def optimizer_many_params(device, quick):
+def optimizer_many_params(device, quick, fused=None):
     torch.manual_seed(0)
     n = 50 if quick else 200
     params = [torch.randn(64, 64).to(device).requires_grad_() for _ in range(n)]
     for p in params:
         p.grad = torch.randn_like(p)
-    opt = torch.optim.AdamW(params, lr=1e-3)
+    opt = torch.optim.AdamW(params, lr=1e-3, fused=fused)  # default: foreach on tpu, loop on CPU
 
     def step():
         opt.step()
@@ -80,7 +80,8 @@ def optimizer_many_params(device, quick):
 WORKLOADS = {"GPT training step (fwd+bwd+AdamW)": gpt_train,
              "GELU/LayerNorm MLP (inference)": gelu_ln_mlp,
              "attention inference": attention_inference,
-             "AdamW step over many params": optimizer_many_params}
+             "AdamW step over many params": optimizer_many_params,
+             "AdamW fused=True over many params": lambda d, q: optimizer_many_params(d, q, fused=True)}
 
 
 def measure(make, device, mode, iters, quick):
