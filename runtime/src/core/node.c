@@ -16,8 +16,8 @@ const char* tpu__current_site(void) { return tls_site; }
  * thread; freeing a 1.5 KB block that another thread allocated takes malloc's arena lock,
  * and the two threads then woke each other through it for every op (a third of a tiny
  * op's time in defer_and_fuse). Freed nodes (with their input arrays) go to a per-thread
- * list and, NODE_BATCH at a time, to one shared cache; creating threads take batches
- * back. The cache holds at most NODE_CACHE_MAX nodes; beyond that they are freed. */
+ * list and, NODE_BATCH at a time, to one shared cache; a creating thread takes the whole
+ * cache when its own spares run out. The cache holds at most NODE_CACHE_MAX nodes; beyond that they are freed. */
 #define NODE_BATCH 64
 #define NODE_CACHE_MAX 8192
 
@@ -35,14 +35,12 @@ static void node_release_memory(tpu_node_t* n) {
 
 tpu_node_t* tpu__node_create(void) {
   if (!spare_head && atomic_load_explicit(&cache_n, memory_order_relaxed) > 0) {
+    /* The whole cache at once: walking it node by node missed the cache on every node
+     * (the queue thread freed them last) and was most of this function's time. */
     pthread_mutex_lock(&cache_mu);
-    for (int i = 0; i < NODE_BATCH && cache_head; ++i) {
-      tpu_node_t* c = cache_head;
-      cache_head = c->next;
-      atomic_fetch_sub(&cache_n, 1);
-      c->next = spare_head;
-      spare_head = c;
-    }
+    spare_head = cache_head;
+    cache_head = NULL;
+    atomic_store(&cache_n, 0);
     pthread_mutex_unlock(&cache_mu);
   }
   tpu_node_t* n;
