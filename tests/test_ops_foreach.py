@@ -142,7 +142,12 @@ def test_foreach_errors_name_the_problem_and_change_nothing():
     bad[2] = torch.randn(7, device="tpu")
     with pytest.raises(RuntimeError, match="must match the size of tensor b"):
         torch._foreach_add_(a, bad)
-    for t, c in zip(a, before):
+    # an in-place cast error at the last position (CPU's slow kernel would have updated
+    # the positions before it)
+    mixed = [t.clone() for t in a[:3]] + [torch.ones(2, dtype=torch.int64, device="tpu")]
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        torch._foreach_mul_(mixed, 0.5)
+    for t, c in zip(a + mixed[:3], before + before[:3]):
         torch.testing.assert_close(t.cpu(), c, rtol=0, atol=0)
 
 

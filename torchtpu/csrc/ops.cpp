@@ -250,6 +250,20 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   c10::SmallVector<tpu_arg_t, 12> targs;
   ArgStore store;
   const std::string& name = op.schema().name();
+  if (foreach) {
+    // ATen's slow kernel would run each position on its own tensor's device; here every
+    // list member must be on tpu (an in-place result must land in self itself).
+    for (int i = 0; i < n_args; ++i) {
+      if (!args[i].isTensorList()) continue;
+      auto list = args[i].toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        at::Tensor t = list.get(k);
+        TORCH_CHECK(!t.defined() || t.device().type() == kTpu, name,
+                    ": Expected all tensors to be on the same device, but found at least two devices, tpu:",
+                    int(dev), " and ", t.device().str(), "! (argument ", i, ", list position ", k, ")");
+      }
+    }
+  }
   convert(args, dev, name, targs, store);
   if (foreach) {
     run_foreach(op, stack, args, dev, targs);
@@ -318,26 +332,14 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   }
 }
 
-// A torch._foreach_* op: libtpurt prepares the element op's node for every list position
-// first (so a bad position fails the call before any position runs), then each is bound
-// and submitted in order. Functional forms: one new tensor per position. In-place forms:
+// A torch._foreach_* op: libtpurt prepares the element op's node for every list position,
+// then each is bound, then all are submitted in order; so a bad position (a builder's or
+// an in-place cast error) fails the call before any position runs. Functional forms: one new tensor per position. In-place forms:
 // output i is the i-th written argument, position k of it for a list (self; the fused
 // optimizers also update grads and their state lists, GradScaler's unscale found_inf),
 // absent outputs left unbound.
 void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::ArrayRef<c10::IValue> args,
                            c10::DeviceIndex dev, const c10::SmallVector<tpu_arg_t, 12>& targs) const {
-  // ATen's slow kernel would run each position on its own tensor's device; here every
-  // list member must be on tpu (an in-place result must land in self itself).
-  for (int i = 0; i < n_args; ++i) {
-    if (!args[i].isTensorList()) continue;
-    auto list = args[i].toTensorList();
-    for (size_t k = 0; k < list.size(); ++k) {
-      at::Tensor t = list.get(k);
-      TORCH_CHECK(!t.defined() || t.device().type() == kTpu, op.schema().name(),
-                  ": Expected all tensors to be on the same device, but found at least two devices, tpu:",
-                  int(dev), " and ", t.device().str(), "! (argument ", i, ", list position ", k, ")");
-    }
-  }
   int64_t len = 0;
   check(tpu_foreach_length(index, targs.data(), n_args, &len));
   std::vector<tpu_node_t*> nodes(static_cast<size_t>(len), nullptr);
@@ -362,15 +364,13 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
   }
   c10::List<at::Tensor> outs;
   if (variant != TPU_VARIANT_INPLACE) outs.reserve(static_cast<size_t>(len));
-  for (int64_t k = 0; k < len; ++k) {
-    tpu_node_t* node = nodes[k];
-    nodes[k] = nullptr;
-    try {
-      for (int i = 0; i < tpu_node_output_count(node); ++i) {
+  try {
+    for (int64_t k = 0; k < len; ++k) {
+      for (int i = 0; i < tpu_node_output_count(nodes[k]); ++i) {
         tpu_dtype_t dt;
         int32_t nd;
         int64_t sizes[TPU_MAX_DIMS];
-        tpu_node_output_meta(node, i, &dt, &nd, sizes);
+        tpu_node_output_meta(nodes[k], i, &dt, &nd, sizes);
         if (nd < 0) continue;  // absent (e.g. max_exp_avg_sqs without amsgrad)
         at::Tensor out;
         if (variant == TPU_VARIANT_INPLACE) {
@@ -383,14 +383,16 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
           outs.push_back(out);
         }
         tpu_view_t ov = view_of(out);
-        check(tpu_node_bind_output(node, i, &ov));
+        check(tpu_node_bind_output(nodes[k], i, &ov));  // e.g. an in-place cast error
       }
-    } catch (...) {
-      tpu_node_discard(node);
-      discard_from(k + 1);
-      throw;
     }
-    tpu_status_t st = tpu_node_submit(node);
+  } catch (...) {
+    discard_from(0);
+    throw;
+  }
+  for (int64_t k = 0; k < len; ++k) {
+    tpu_status_t st = tpu_node_submit(nodes[k]);
+    nodes[k] = nullptr;
     if (st) {
       discard_from(k + 1);
       check(st);
