@@ -11,8 +11,10 @@
  * are clamp_min/clamp_max, norm is linalg_vector_norm(self, ord, None, False, dtype).
  * Position k of every Tensor[] and Scalar[] argument replaces the list; other arguments
  * pass as they are. The fused optimizer steps (_fused_adam_, _fused_adamw_, _fused_sgd_)
- * are foreach ops too, with element ops of their own (aten/optim.c). Forms not listed (the packed Tensor scalars of addcmul/addcdiv,
- * in-place maximum/minimum of two lists, copy_, clone, mm, powsum) keep the slow kernel. */
+ * and GradScaler's unscale are foreach ops too, with element ops of their own
+ * (aten/optim.c). Forms not listed (the packed Tensor scalars of addcmul/addcdiv, in-place
+ * maximum/minimum of two lists, copy_, clone, mm, powsum, _fused_adagrad_) keep ATen's
+ * slow kernel or, for the fused ones, the CPU fallback. */
 #include <string.h>
 
 #include "aten/aten.h"
