@@ -46,6 +46,11 @@ static tpu_status_t build_direct(tpu_build_t* b) {
   E(#op ".List", #op ".Tensor"), E(#op "_.Scalar", #op "_.Scalar"),                  \
   E(#op "_.ScalarList", #op "_.Scalar"), E(#op "_.List", #op "_.Tensor")
 
+/* clamp_min/clamp_max: the scalar forms are the op itself, .List its .Tensor form. */
+#define CLAMP(op)                                                                    \
+  E(#op ".Scalar", #op), E(#op ".ScalarList", #op), E(#op ".List", #op ".Tensor"),   \
+  E(#op "_.Scalar", #op "_"), E(#op "_.ScalarList", #op "_"), E(#op "_.List", #op "_.Tensor")
+
 const tpu_aten_entry_t tpu__aten_foreach[] = {
     UNARY(abs), UNARY(acos), UNARY(asin), UNARY(atan), UNARY(ceil), UNARY(cos), UNARY(cosh),
     UNARY(erf), UNARY(erfc), UNARY(exp), UNARY(expm1), UNARY(floor), UNARY(frac),
@@ -58,12 +63,7 @@ const tpu_aten_entry_t tpu__aten_foreach[] = {
     E("add.Tensor", "add.Tensor"), E("add_.Tensor", "add_.Tensor"),
     E("mul.Tensor", "mul.Tensor"), E("mul_.Tensor", "mul_.Tensor"),
     E("div.Tensor", "div.Tensor"), E("div_.Tensor", "div_.Tensor"),
-    E("clamp_min.Scalar", "clamp_min"), E("clamp_min.ScalarList", "clamp_min"),
-    E("clamp_min.List", "clamp_min.Tensor"), E("clamp_min_.Scalar", "clamp_min_"),
-    E("clamp_min_.ScalarList", "clamp_min_"), E("clamp_min_.List", "clamp_min_.Tensor"),
-    E("clamp_max.Scalar", "clamp_max"), E("clamp_max.ScalarList", "clamp_max"),
-    E("clamp_max.List", "clamp_max.Tensor"), E("clamp_max_.Scalar", "clamp_max_"),
-    E("clamp_max_.ScalarList", "clamp_max_"), E("clamp_max_.List", "clamp_max_.Tensor"),
+    CLAMP(clamp_min), CLAMP(clamp_max),
     E("maximum.Scalar", "clamp_min"), E("maximum.ScalarList", "clamp_min"),
     E("maximum.List", "maximum"), E("maximum_.Scalar", "clamp_min_"),
     E("maximum_.ScalarList", "clamp_min_"),

@@ -49,6 +49,21 @@ static void store_block(tpu_operand_t* op, int64_t i0, int64_t len, tpu_dtype_t 
   if (p != (const char*)v) tpu__convert_run(p, op->dtype, 1, v, ct, 1, len);
 }
 
+/* The gradient as a step uses it, into gr: unscaled by grad_scale (and stored back, as
+ * ATen's fused kernels store the unscaled gradient), negated for maximize. */
+#define TAKE_GRAD(T)                                                                        \
+  TPU_ISA_CLONES static void take_grad_##T(bool scaled, bool maximize, T scale, T* restrict g, \
+                                           T* restrict gr, int64_t len) {                    \
+    if (scaled)                                                                             \
+      for (int64_t i = 0; i < len; ++i) g[i] = g[i] / scale;                                \
+    if (maximize)                                                                           \
+      for (int64_t i = 0; i < len; ++i) gr[i] = -g[i];                                      \
+    else                                                                                    \
+      for (int64_t i = 0; i < len; ++i) gr[i] = g[i];                                       \
+  }
+TAKE_GRAD(float)
+TAKE_GRAD(double)
+
 /* ---- Adam / AdamW ------------------------------------------------------------------ */
 typedef struct adam_s {
   tpu_node_t* n;
@@ -57,8 +72,8 @@ typedef struct adam_s {
 } adam_t;
 
 /* A block in simple passes, each a loop without branches that vectorizes (one loop with
- * the flags inside stays scalar): the gradient as used (unscaled, negated, with coupled
- * weight decay) into gr, then the moments, then the parameter. */
+ * the flags inside stays scalar): the gradient as used (take_grad, then coupled weight
+ * decay) into gr, then the moments, then the parameter. */
 #define ADAM_BLOCK(T, SQRT)                                                                   \
   TPU_ISA_CLONES static void adam_block_##T(const adam_t* a, T* restrict p, T* restrict g,    \
                                             T* restrict m, T* restrict v, T* restrict vmax,   \
@@ -67,12 +82,7 @@ typedef struct adam_s {
     const T wd = (T)a->wd, decay = (T)(1 - a->lr * a->wd), eps = (T)a->eps;                    \
     const T step = (T)a->step_size, bc2 = (T)a->bc2_sqrt, scale = (T)a->grad_scale;            \
     T gr[BLOCK];                                                                              \
-    if (a->scaled)                                                                            \
-      for (int64_t i = 0; i < len; ++i) g[i] = g[i] / scale;                                  \
-    if (a->maximize)                                                                          \
-      for (int64_t i = 0; i < len; ++i) gr[i] = -g[i];                                        \
-    else                                                                                      \
-      for (int64_t i = 0; i < len; ++i) gr[i] = g[i];                                         \
+    take_grad_##T(a->scaled, a->maximize, scale, g, gr, len);                                 \
     if (a->wd != 0 && a->adamw)                                                               \
       for (int64_t i = 0; i < len; ++i) p[i] = p[i] * decay;                                  \
     else if (a->wd != 0)                                                                      \
@@ -141,12 +151,7 @@ typedef struct sgd_s {
     const T lr = (T)a->lr, wd = (T)a->wd, mom = (T)a->momentum, damp = (T)(1 - a->dampening); \
     const T scale = (T)a->grad_scale;                                                       \
     T gr[BLOCK];                                                                            \
-    if (a->scaled)                                                                          \
-      for (int64_t i = 0; i < len; ++i) g[i] = g[i] / scale;                                \
-    if (a->maximize)                                                                        \
-      for (int64_t i = 0; i < len; ++i) gr[i] = -g[i];                                      \
-    else                                                                                    \
-      for (int64_t i = 0; i < len; ++i) gr[i] = g[i];                                       \
+    take_grad_##T(a->scaled, a->maximize, scale, g, gr, len);                               \
     if (a->wd != 0)                                                                         \
       for (int64_t i = 0; i < len; ++i) gr[i] = gr[i] + p[i] * wd;                          \
     if (a->has_buf) {                                                                       \
