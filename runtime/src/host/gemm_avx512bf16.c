@@ -8,14 +8,15 @@
  * keeps an MR x NR block of C in 24 zmm accumulators, broadcasting one A word per row
  * against NV B vectors per pair.
  *
- * Loops (BLIS order): the output is cut into tasks of at most MC rows x NC columns that
- * the pool shares out; within a task, for each K block of KCP pairs, each NR-column B
- * micro-panel meets every MR-row A micro-panel of the task (the task's A block in L2).
- * A and B are packed whole up front, each in its own parallel region, so every panel is
- * packed once however the tasks fall; when one task spans all rows, each task instead
- * packs its own B panels a K block at a time, just before use (run_task_packing_b). With
- * at most SMALL_M rows, B is not packed at all (gemm_small: reading B once is the whole
- * cost there).
+ * Loops: the output is cut into tasks that the pool shares out, column strips of at most
+ * NC columns spanning all rows (up to MC), cut further only to give every thread work.
+ * A is packed whole up front (a parallel region of its own). Within a task, for each K
+ * block of kcp pairs (kp split evenly into blocks of at most KCP), the task packs its B
+ * panels into its thread's buffer (kcp x nc words, in L2) just before use, so every B
+ * panel is packed once and never goes out to memory; each NR-column B micro-panel then
+ * meets every MR-row A micro-panel of the task, the A micro-panels streaming from L3.
+ * With at most SMALL_M rows, B is not packed at all (gemm_small: reading B once is the
+ * whole cost there).
  *
  * Every function here is compiled for AVX-512 and AVX512-BF16 (BF16_TARGET); host/linalg.c
  * calls in only after tpu__gemm_bf16_supported(), its cpuid check. */
@@ -31,12 +32,14 @@
 #define MR 6
 #define NV 4             /* zmm vectors of 16 f32 per C row */
 #define NR (16 * NV)
-/* Block sizes, measured on Zen 4 (1 MiB L2) at the bench's LLM shapes (KCP 64..512, MC
- * 96..384, NC 256..1024 tried): larger K blocks (fewer passes over C) beat keeping a B
- * micro-panel in L1; MC and NC mattered little. */
-#define KCP 256          /* K pairs per block (512 K values) */
-#define MC 192           /* task rows at most */
-#define NC 512           /* task columns at most */
+/* Block sizes, measured on Zen 4 (32 KiB L1, 1 MiB L2, AVX-512 double-pumped) at the
+ * bench's LLM shapes, 1 thread: KCP 512 beat 256 by ~2% (half the passes over C: each
+ * pass after the first loads and stores the C tile), 384 and 128 were no better; NC 128
+ * beat 64, 192, 256 and 512 (B block of 256 KiB next to the streaming A); tasks of all
+ * rows (B packed once, in L2) beat 192-row tasks with B packed whole up front by ~8%. */
+#define KCP 512          /* K pairs per block at most (1024 K values) */
+#define NC 128           /* task columns at most */
+#define MC 2048          /* task rows at most (bounds the A block streamed per B panel) */
 
 BF16_TARGET static inline uint32_t pair_at(const uint16_t* p, int64_t second) {
   return (uint32_t)p[0] | (uint32_t)p[second] << 16;
@@ -121,6 +124,40 @@ BF16_TARGET static void pack_panel(uint32_t* dst, int lanes, const uint16_t* bas
     }
 }
 
+/* Row-major B (columns adjacent): one K block of a task's B panels, np pairs of K rows
+ * (kb K values) by n columns, into cdiv(n, NR) panels of np x NR words. Pair by pair
+ * across all the task's columns, so each K row is read as one run, with the rows PACK_AHEAD
+ * pairs ahead prefetched (rows N elements apart defeat the hardware prefetcher: measured
+ * ~2 GB/s without). Lanes past n are zero. */
+#ifndef PACK_AHEAD
+#define PACK_AHEAD 4
+#endif
+BF16_TARGET static void pack_b_rows(uint32_t* dst, int64_t np, const uint16_t* base, int64_t sk, int n,
+                                    int64_t kb) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                       22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  int nv = (n + NR - 1) / NR * NV; /* vectors of 16 lanes, whole panels */
+  for (int64_t p = 0; p < np; ++p) {
+    const uint16_t* r0 = base + 2 * p * sk;
+    bool has1 = 2 * p + 1 < kb;
+#if PACK_AHEAD
+    if (2 * (p + PACK_AHEAD) + 1 < kb)
+      for (int l = 0; l < n; l += 32) {
+        _mm_prefetch((const char*)(r0 + 2 * PACK_AHEAD * sk + l), _MM_HINT_T0);
+        _mm_prefetch((const char*)(r0 + (2 * PACK_AHEAD + 1) * sk + l), _MM_HINT_T0);
+      }
+#endif
+    for (int v = 0; v < nv; ++v) {
+      int cnt = n - v * 16 < 0 ? 0 : n - v * 16 < 16 ? n - v * 16 : 16;
+      __mmask16 m = (__mmask16)((1u << cnt) - 1);
+      __m256i x0 = _mm256_maskz_loadu_epi16(m, r0 + v * 16);
+      __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(m, r0 + sk + v * 16) : _mm256_setzero_si256();
+      __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+      _mm512_store_si512(dst + (v / NV) * np * NR + p * NR + (v % NV) * 16, _mm512_permutexvar_epi16(idx, both));
+    }
+  }
+}
+
 typedef struct bf16_gemm_s {
   int64_t M, N, K, kp;
   const uint16_t *a, *b;
@@ -128,10 +165,13 @@ typedef struct bf16_gemm_s {
   float alpha, beta;
   float* c;
   int64_t ldc;
-  uint32_t *pa, *pb; /* packed panels, kp * MR (kp * NR) words each */
-  uint32_t* pbt;      /* one-block mode: per thread, a K block of the task's B panels */
+  uint32_t* pa;       /* packed A panels, kp * MR words each */
+  uint32_t* pbt;      /* per thread: one K block of a task's B panels, kcp * nc words */
+  int64_t kcp;        /* K pairs per block: kp split evenly into blocks of at most KCP */
   int64_t mc, nc;     /* task size: multiples of MR and NR */
   int64_t ntasks;     /* tasks per row of tasks */
+  int64_t tasks;      /* tasks in all */
+  int threads;
 } bf16_gemm_t;
 
 BF16_TARGET static void pack_a_panel(void* ctx, int64_t i, int tid) {
@@ -180,13 +220,6 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
   }
 }
 
-BF16_TARGET static void pack_b_panel(void* ctx, int64_t j, int tid) {
-  bf16_gemm_t* g = ctx;
-  int64_t c0 = j * NR;
-  int n = (int)(g->N - c0 < NR ? g->N - c0 : NR);
-  pack_panel(g->pb + j * g->kp * NR, NR, g->b + c0 * g->sbn, g->sbn, g->sbk, n, g->K);
-}
-
 /* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
  * when beta is 0), C += alpha * acc on later ones. */
 BF16_TARGET static inline void microkernel(int64_t np, const uint32_t* a, const uint32_t* b, float* c,
@@ -196,6 +229,15 @@ BF16_TARGET static inline void microkernel(int64_t np, const uint32_t* a, const 
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  /* The C tile (one line per vector) is fetched, for writing, while the K loop runs:
+   * between K blocks it has usually left L2, and a load that misses at the write-back
+   * stalls the core (measured: ~5% of the product at 6 x 64 x 512 pairs). */
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) break;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * 16, 1, 3);
+  }
   for (int64_t p = 0; p < np; ++p) {
     __m512bh bv[NV];
 #pragma GCC unroll 8
@@ -229,44 +271,59 @@ BF16_TARGET static inline void microkernel(int64_t np, const uint32_t* a, const 
   }
 }
 
-/* Task t: an mc x nc block of C, row-major over the grid of tasks. */
+/* The source of a task's K block of B, as runs of contiguous bytes: `runs` runs of `bytes`
+ * bytes, `stride` elements apart (row-major B: K rows; transposed B: columns); runs 0
+ * when B has neither unit stride. */
+typedef struct b_src_s {
+  const uint16_t* at;
+  int64_t runs, stride, bytes;
+} b_src_t;
+
+BF16_TARGET static b_src_t b_source(const bf16_gemm_t* g, int64_t t, int64_t p0) {
+  int64_t n0 = t % g->ntasks * g->nc, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
+  int64_t np = g->kp - p0 < g->kcp ? g->kp - p0 : g->kcp;
+  int64_t kb = g->K - 2 * p0 < 2 * np ? g->K - 2 * p0 : 2 * np;
+  const uint16_t* at = g->b + n0 * g->sbn + 2 * p0 * g->sbk;
+  if (g->sbn == 1) return (b_src_t){at, kb, g->sbk, (n1 - n0) * 2};
+  if (g->sbk == 1) return (b_src_t){at, n1 - n0, g->sbn, kb * 2};
+  return (b_src_t){at, 0, 0, 0};
+}
+
+/* Task t: an mc x nc block of C, row-major over the grid of tasks. For each K block the
+ * task packs its B panels into its thread's buffer (kcp x nc words, which stays in L2)
+ * right before using them; each NR-column B micro-panel then meets every MR-row A
+ * micro-panel of the task. B's source is read in runs far apart, which the hardware
+ * prefetcher does not follow; so while one block is multiplied, the source of the next
+ * (this task's next K block, else the first of task t + threads, the likely next task of
+ * this thread) is prefetched into L2, a share of its cache lines before each microkernel
+ * call, and packing it then does not wait on memory. */
 BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
   int64_t m1 = m0 + g->mc < g->M ? m0 + g->mc : g->M, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
-  for (int64_t p0 = 0; p0 < g->kp; p0 += KCP) {
-    int64_t np = g->kp - p0 < KCP ? g->kp - p0 : KCP;
-    for (int64_t j = n0; j < n1; j += NR) {
-      const uint32_t* pb = g->pb + (j / NR) * g->kp * NR + p0 * NR;
-      int nr = (int)(n1 - j < NR ? n1 - j : NR);
-      for (int64_t i = m0; i < m1; i += MR) {
-        const uint32_t* pa = g->pa + (i / MR) * g->kp * MR + p0 * MR;
-        int mr = (int)(m1 - i < MR ? m1 - i : MR);
-        microkernel(np, pa, pb, g->c + i * g->ldc + j, g->ldc, mr, nr, g->alpha, g->beta, p0 == 0);
-      }
-    }
-  }
-}
-
-/* One-block mode (all rows in one task, so each B panel meets A exactly once): the task
- * packs each K block of its own B panels into its thread's buffer right before using it,
- * while they are in L2, instead of all of B going out to memory and back. */
-BF16_TARGET static void run_task_packing_b(void* ctx, int64_t t, int tid) {
-  bf16_gemm_t* g = ctx;
-  int64_t n0 = t * g->nc, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
-  uint32_t* pbt = g->pbt + (int64_t)tid * KCP * g->nc;
-  for (int64_t p0 = 0; p0 < g->kp; p0 += KCP) {
-    int64_t np = g->kp - p0 < KCP ? g->kp - p0 : KCP;
-    int64_t kb = g->K - 2 * p0 < 2 * KCP ? g->K - 2 * p0 : 2 * KCP; /* K values in the block */
-    for (int64_t j = n0; j < n1; j += NR)
-      pack_panel(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
-                 (int)(n1 - j < NR ? n1 - j : NR), kb);
+  uint32_t* pbt = g->pbt + (int64_t)tid * g->kcp * g->nc;
+  int64_t calls = (m1 - m0 + MR - 1) / MR * ((n1 - n0 + NR - 1) / NR);
+  for (int64_t p0 = 0; p0 < g->kp; p0 += g->kcp) {
+    int64_t np = g->kp - p0 < g->kcp ? g->kp - p0 : g->kcp;
+    int64_t kb = g->K - 2 * p0 < 2 * np ? g->K - 2 * p0 : 2 * np; /* K values in the block */
+    if (g->sbn == 1)
+      pack_b_rows(pbt, np, g->b + n0 + 2 * p0 * g->sbk, g->sbk, (int)(n1 - n0), kb);
+    else
+      for (int64_t j = n0; j < n1; j += NR)
+        pack_panel(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
+                   (int)(n1 - j < NR ? n1 - j : NR), kb);
+    b_src_t nx = {0};
+    if (p0 + g->kcp < g->kp) nx = b_source(g, t, p0 + g->kcp);
+    else if (t + g->threads < g->tasks) nx = b_source(g, t + g->threads, 0);
+    int64_t lpr = (nx.bytes + 63) / 64, lines = nx.runs * lpr, per = (lines + calls - 1) / calls, q = 0;
     for (int64_t j = n0; j < n1; j += NR) {
       const uint32_t* pb = pbt + (j - n0) / NR * np * NR;
       int nr = (int)(n1 - j < NR ? n1 - j : NR);
-      for (int64_t i = 0; i < g->M; i += MR) {
+      for (int64_t i = m0; i < m1; i += MR) {
+        for (int64_t e = q + per < lines ? q + per : lines; q < e; ++q)
+          _mm_prefetch((const char*)(nx.at + q / lpr * nx.stride) + q % lpr * 64, _MM_HINT_T1);
         const uint32_t* pa = g->pa + (i / MR) * g->kp * MR + p0 * MR;
-        int mr = (int)(g->M - i < MR ? g->M - i : MR);
+        int mr = (int)(m1 - i < MR ? m1 - i : MR);
         microkernel(np, pa, pb, g->c + i * g->ldc + j, g->ldc, mr, nr, g->alpha, g->beta, p0 == 0);
       }
     }
@@ -301,11 +358,13 @@ BF16_TARGET static tpu_status_t run_items(void* ctx, item_fn fn, int64_t n, int 
 BF16_TARGET static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Cuts C into tasks of at most MC x NC, of even sizes, and at least 4 per thread where
- * the matrix allows, so the threads finish close together. Returns the task count. */
+ * the matrix allows, so the threads finish close together: columns are split first (down
+ * to one micro-panel), since a task spanning all rows packs its B panels once, then
+ * rows. Returns the task count. */
 BF16_TARGET static int64_t split_tasks(bf16_gemm_t* g, int threads) {
   int64_t mb = cdiv(g->M, MC), nb = cdiv(g->N, NC);
   while (threads > 1 && mb * nb < 4 * threads) {
-    if (cdiv(g->N, nb) >= 2 * NR && (g->N >= g->M || cdiv(g->M, mb) < 2 * MR)) nb *= 2;
+    if (cdiv(g->N, nb) >= 2 * NR) nb *= 2;
     else if (cdiv(g->M, mb) >= 2 * MR) mb *= 2;
     else break;
   }
@@ -435,30 +494,32 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
    * FMAs (half the vdpbf16ps rate) up to 2 */
   if (sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2)
     return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
-  int64_t ma = (M + MR - 1) / MR, nb = (N + NR - 1) / NR;
+  int64_t ma = (M + MR - 1) / MR;
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
   int threads = serial ? 1 : tpu__num_threads();
   int64_t tasks = split_tasks(&g, threads);
-  bool one_block = g.mc >= M; /* every task spans all rows: B packed per task */
-  int64_t bufs = threads < tasks ? threads : tasks;
+  g.tasks = tasks;
+  g.threads = threads;
+  int64_t kblocks = cdiv(g.kp, KCP);
+  g.kcp = cdiv(g.kp, kblocks);
   uint64_t na, nbw;
-  if (!tpu__mul_ok((uint64_t)(ma * MR), (uint64_t)g.kp * sizeof(uint32_t), &na) ||
-      !tpu__mul_ok(one_block ? (uint64_t)(bufs * KCP) : (uint64_t)(nb * NR),
-                   (one_block ? (uint64_t)g.nc : (uint64_t)g.kp) * sizeof(uint32_t), &nbw) ||
-      na + nbw > SIZE_MAX - 64)
+  /* packed A, then a B buffer per pool thread (tasks index theirs by tid) */
+  if (!tpu__mul_ok((uint64_t)(ma * MR), (uint64_t)g.kp * sizeof(uint32_t), &na) || na > SIZE_MAX / 2 ||
+      !tpu__mul_ok((uint64_t)threads * (uint64_t)(g.kcp * g.nc), sizeof(uint32_t), &nbw) ||
+      na + nbw > SIZE_MAX - 128)
     return TPU_HOST_NOMEM();
-  /* one buffer: both packed operands, 64-byte aligned (panel sizes are multiples of 64) */
+  na = (na + 63) / 64 * 64;
+  /* one buffer, 64-byte aligned: the B buffers and B panels (kcp x NR words) start on a
+   * cache line */
   char* buf = tpu__malloc((size_t)(na + nbw) + 64);
   if (!buf) return TPU_HOST_NOMEM();
   char* base = (char*)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
   g.pa = (uint32_t*)base;
-  if (one_block) g.pbt = (uint32_t*)(base + na);
-  else g.pb = (uint32_t*)(base + na);
+  g.pbt = (uint32_t*)(base + na);
   tpu_status_t st = sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
                              : run_items(&g, pack_a_panel, ma, threads);
-  if (!st && !one_block) st = run_items(&g, pack_b_panel, nb, threads);
-  if (!st) st = run_items(&g, one_block ? run_task_packing_b : run_task, tasks, threads);
+  if (!st) st = run_items(&g, run_task, tasks, threads);
   tpu__free(buf);
   return st;
 }
