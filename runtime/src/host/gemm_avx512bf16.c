@@ -227,9 +227,25 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
  * byte a + r * ars + p * aps: a packed panel (4, 4 MR) or row-major A read in place
  * (row stride, 4), whose rows from ar_rows on repeat the last (their sums are not stored).
  * Inlined into each caller, so the packed call keeps constant offsets. */
+/* Cache lines to prefetch into L2 (the next block's B source): `runs` runs of `lines` lines,
+ * `stride` bytes apart from `at`; the microkernel issues `quota` of them from (run, line),
+ * one every 4 pairs of its K loop (a burst of misses would stall it on full miss
+ * buffers), the rest after it. */
+typedef struct pf_s {
+  const char* at;
+  int64_t stride, runs, lines, run, line, quota;
+} pf_t;
+
+BF16_TARGET static inline __attribute__((always_inline)) void pf_one(pf_t* f) {
+  _mm_prefetch(f->at + f->run * f->stride + f->line * 64, _MM_HINT_T1);
+  if (++f->line == f->lines) f->line = 0, ++f->run;
+}
+
 BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
     int64_t np, const char* a, int64_t ars, int64_t aps, int ar_rows, const uint32_t* b, float* c,
-    int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
+    int64_t ldc, int mr, int nr, float alpha, float beta, bool first, pf_t* pf) {
+  pf_t f = *pf;
+  int64_t left = f.run < f.runs ? f.quota : 0;
   const char* ar[MR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) ar[r] = a + (r < ar_rows ? r : ar_rows - 1) * ars;
@@ -248,6 +264,7 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
     for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * 16, 1, 3);
   }
   for (int64_t p = 0; p < np; ++p) {
+    if ((p & 3) == 3 && left > 0 && f.run < f.runs) pf_one(&f), --left;
     __m512bh bv[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * NR + v * 16);
@@ -262,6 +279,8 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
+  for (; left > 0 && f.run < f.runs; --left) pf_one(&f);
+  *pf = f;
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mk[NV];
 #pragma GCC unroll 8
@@ -308,8 +327,10 @@ BF16_TARGET static b_src_t b_source(const bf16_gemm_t* g, int64_t t, int64_t p0)
  * micro-panel of the task. B's source is read in runs far apart, which the hardware
  * prefetcher does not follow; so while one block is multiplied, the source of the next
  * (this task's next K block, else the first of task t + threads, the likely next task of
- * this thread) is prefetched into L2, a share of its cache lines before each microkernel
- * call, and packing it then does not wait on memory. */
+ * this thread) is prefetched into L2, each microkernel call issuing a share of its cache
+ * lines spread over its K loop, and packing it then waits less on memory (measured at
+ * 512 x 4096 x 1024: packing went from ~10% of the time to ~6%; the rest is mostly TLB
+ * misses, rows 2 KiB apart on 4 KiB pages). */
 BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
@@ -328,21 +349,20 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
     b_src_t nx = {0};
     if (p0 + g->kcp < g->kp) nx = b_source(g, t, p0 + g->kcp);
     else if (t + g->threads < g->tasks) nx = b_source(g, t + g->threads, 0);
-    int64_t lpr = (nx.bytes + 63) / 64, lines = nx.runs * lpr, per = (lines + calls - 1) / calls, q = 0;
+    pf_t pf = {(const char*)nx.at, nx.stride * 2, nx.runs, (nx.bytes + 63) / 64, 0, 0, 0};
+    pf.quota = (pf.runs * pf.lines + calls - 1) / calls;
     for (int64_t j = n0; j < n1; j += NR) {
       const uint32_t* pb = pbt + (j - n0) / NR * np * NR;
       int nr = (int)(n1 - j < NR ? n1 - j : NR);
       for (int64_t i = m0; i < m1; i += MR) {
-        for (int64_t e = q + per < lines ? q + per : lines; q < e; ++q)
-          _mm_prefetch((const char*)(nx.at + q / lpr * nx.stride) + q % lpr * 64, _MM_HINT_T1);
         int mr = (int)(m1 - i < MR ? m1 - i : MR);
         float* c = g->c + i * g->ldc + j;
         if (g->pa)
           microkernel(np, (const char*)(g->pa + (i / MR) * g->kp * MR + p0 * MR), 4, 4 * MR, MR, pb, c, g->ldc,
-                      mr, nr, g->alpha, g->beta, p0 == 0);
+                      mr, nr, g->alpha, g->beta, p0 == 0, &pf);
         else
           microkernel(np, (const char*)(g->a + i * g->sam + 2 * p0), 2 * g->sam, 4, mr, pb, c, g->ldc, mr, nr,
-                      g->alpha, g->beta, p0 == 0);
+                      g->alpha, g->beta, p0 == 0, &pf);
       }
     }
   }
