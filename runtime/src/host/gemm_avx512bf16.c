@@ -328,9 +328,9 @@ BF16_TARGET static b_src_t b_source(const bf16_gemm_t* g, int64_t t, int64_t p0)
  * prefetcher does not follow; so while one block is multiplied, the source of the next
  * (this task's next K block, else the first of task t + threads, the likely next task of
  * this thread) is prefetched into L2, each microkernel call issuing a share of its cache
- * lines spread over its K loop, and packing it then waits less on memory (measured at
- * 512 x 4096 x 1024: packing went from ~10% of the time to ~6%; the rest is mostly TLB
- * misses, rows 2 KiB apart on 4 KiB pages). */
+ * lines spread over its K loop (a burst before the call stalled on full miss buffers),
+ * and packing it then waits less on memory. What it still waits on is mostly TLB misses:
+ * with B's rows 2 KiB apart on 4 KiB pages, operands on 2 MiB pages ran 3-5% faster. */
 BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
