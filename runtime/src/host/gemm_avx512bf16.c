@@ -1,24 +1,32 @@
 /* bf16 x bf16 -> f32 GEMM with AVX512-BF16 (vdpbf16ps); contract in host/host.h.
  *
  * vdpbf16ps multiplies pairs of bf16 along K and adds both products into an f32 lane, so
- * both operands are packed with K in pairs: a packed A panel holds, for each pair p,
- * the 32-bit words (A[i][2p], A[i][2p+1]) of its MR rows; a packed B panel holds, for
- * each p, the words (B[2p][j], B[2p+1][j]) of its NR columns. An odd K gets a zero
- * partner; rows and columns past M and N are zero and never stored. The microkernel
- * keeps an MR x NR block of C in 24 zmm accumulators, broadcasting one A word per row
- * against NV B vectors per pair.
+ * both operands are read with K in pairs: a packed A panel holds, for each pair p, the
+ * 32-bit words (A[i][2p], A[i][2p+1]) of its MR rows; a packed B panel holds, for each p,
+ * the words (B[2p][j], B[2p+1][j]) of its NR columns. An odd K gets a zero partner; rows
+ * and columns past M and N are zero and never stored. Row-major A with an even K needs
+ * no packing (its pairs already are 32-bit words of its rows) and is read in place. The
+ * microkernel keeps an MR x NR block of C in 24 zmm accumulators, broadcasting one A word
+ * per row against NV B vectors per pair.
  *
- * Loops: the output is cut into tasks that the pool shares out, column strips of at most
- * NC columns spanning all rows (up to MC), cut further only to give every thread work.
- * Row-major A with an even K is read in place (its pairs are already 32-bit words; the
- * microkernel broadcasts from six row streams); any other A is packed whole up front, in
- * a parallel region of its own. Within a task, for each K
- * block of kcp pairs (kp split evenly into blocks of at most KCP), the task packs its B
- * panels into its thread's buffer (kcp x nc words, in L2) just before use, so every B
- * panel is packed once and never goes out to memory; each NR-column B micro-panel then
- * meets every MR-row A micro-panel of the task, the A micro-panels streaming from L3.
- * With at most SMALL_M rows, B is not packed at all (gemm_small: reading B once is the
- * whole cost there).
+ * Loops: the output is cut into tasks that the pool shares out: column strips of at most
+ * NC columns spanning all rows (at most MC), cut further only to give every thread work
+ * (split_tasks). Within a task, for each K block of kcp pairs (kp split evenly into
+ * blocks of at most KCP), the task packs its B panels into its thread's buffer (kcp x nc
+ * words, which stays in L2) just before use, so every B panel is packed once and never
+ * goes out to memory; then each NR-column B micro-panel meets every MR-row A micro-panel
+ * of the task, A streaming from L3 (A that is not read in place is packed whole up front,
+ * in a parallel region of its own). While a block is multiplied, the source of the next
+ * B block is prefetched into L2 from inside the microkernel's K loop, and the C tile is
+ * prefetched for writing before it. With at most SMALL_M rows, B is not packed at all
+ * (gemm_small: reading B once is the whole cost there).
+ *
+ * Measured on Zen 4 (2 cores, 1 MiB L2 each) at the bench's LLM shapes (512 x 1024 x
+ * 3072, 512 x 1024 x 4096, 512 x 4096 x 1024, 1024^3): 90-94% of the vdpbf16ps peak at 1
+ * and 2 threads, as PyTorch CPU (oneDNN); the microkernel alone, B in L2, runs at ~99%.
+ * The rest is packing B and waiting on its source (TLB misses: B's K rows are N elements
+ * apart on 4 KiB pages; with the operands on 2 MiB pages the C harness ran 3-5% faster)
+ * and the C write-back.
  *
  * Every function here is compiled for AVX-512 and AVX512-BF16 (BF16_TARGET); host/linalg.c
  * calls in only after tpu__gemm_bf16_supported(), its cpuid check. */
@@ -127,35 +135,33 @@ BF16_TARGET static void pack_panel(uint32_t* dst, int lanes, const uint16_t* bas
 }
 
 /* Row-major B (columns adjacent): one K block of a task's B panels, np pairs of K rows
- * (kb K values) by n columns, into cdiv(n, NR) panels of np x NR words. Pair by pair
- * across all the task's columns, so each K row is read as one run, with the rows PACK_AHEAD
- * pairs ahead prefetched (rows N elements apart defeat the hardware prefetcher: measured
- * ~2 GB/s without). Lanes past n are zero. */
-#ifndef PACK_AHEAD
+ * (kb K values) by n columns, into cdiv(n, NR) panels of np x NR words (dst 64-byte
+ * aligned). Pair by pair across all the task's columns, so each K row is read as one run,
+ * with the rows PACK_AHEAD pairs ahead prefetched: rows N elements apart are not followed
+ * by the hardware prefetcher (without it 512 x 4096 x 1024 ran ~3% slower). Lanes past n
+ * are zero. */
 #define PACK_AHEAD 4
-#endif
 BF16_TARGET static void pack_b_rows(uint32_t* dst, int64_t np, const uint16_t* base, int64_t sk, int n,
                                     int64_t kb) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
-                                       22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   int nv = (n + NR - 1) / NR * NV; /* vectors of 16 lanes, whole panels */
   for (int64_t p = 0; p < np; ++p) {
     const uint16_t* r0 = base + 2 * p * sk;
     bool has1 = 2 * p + 1 < kb;
-#if PACK_AHEAD
     if (2 * (p + PACK_AHEAD) + 1 < kb)
       for (int l = 0; l < n; l += 32) {
         _mm_prefetch((const char*)(r0 + 2 * PACK_AHEAD * sk + l), _MM_HINT_T0);
         _mm_prefetch((const char*)(r0 + (2 * PACK_AHEAD + 1) * sk + l), _MM_HINT_T0);
       }
-#endif
     for (int v = 0; v < nv; ++v) {
       int cnt = n - v * 16 < 0 ? 0 : n - v * 16 < 16 ? n - v * 16 : 16;
       __mmask16 m = (__mmask16)((1u << cnt) - 1);
       __m256i x0 = _mm256_maskz_loadu_epi16(m, r0 + v * 16);
       __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(m, r0 + sk + v * 16) : _mm256_setzero_si256();
       __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-      _mm512_store_si512(dst + (v / NV) * np * NR + p * NR + (v % NV) * 16, _mm512_permutexvar_epi16(idx, both));
+      _mm512_store_si512(dst + (v / NV) * np * NR + p * NR + (v % NV) * 16,
+                         _mm512_permutexvar_epi16(idx, both));
     }
   }
 }
@@ -222,11 +228,6 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
   }
 }
 
-/* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
- * when beta is 0), C += alpha * acc on later ones. A's word for row r and pair p is at
- * byte a + r * ars + p * aps: a packed panel (4, 4 MR) or row-major A read in place
- * (row stride, 4), whose rows from ar_rows on repeat the last (their sums are not stored).
- * Inlined into each caller, so the packed call keeps constant offsets. */
 /* Cache lines to prefetch into L2 (the next block's B source): `runs` runs of `lines` lines,
  * `stride` bytes apart from `at`; the microkernel issues up to `quota` of them from (run,
  * line), one every 4 pairs of its K loop, and drops what does not fit (with few rows per
@@ -243,6 +244,11 @@ BF16_TARGET static inline __attribute__((always_inline)) void pf_one(pf_t* f) {
   if (++f->line == f->lines) f->line = 0, ++f->run;
 }
 
+/* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
+ * when beta is 0), C += alpha * acc on later ones. A's word for row r and pair p is at
+ * byte a + r * ars + p * aps: a packed panel (4, 4 MR) or row-major A read in place
+ * (row stride, 4), whose rows from ar_rows on repeat the last (their sums are not stored).
+ * Inlined into each caller, so the packed call keeps constant offsets. */
 BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
     int64_t np, const char* a, int64_t ars, int64_t aps, int ar_rows, const uint32_t* b, float* c,
     int64_t ldc, int mr, int nr, float alpha, float beta, bool first, pf_t* pf) {
@@ -330,8 +336,8 @@ BF16_TARGET static b_src_t b_source(const bf16_gemm_t* g, int64_t t, int64_t p0)
  * (this task's next K block, else the first of task t + threads, the likely next task of
  * this thread) is prefetched into L2, each microkernel call issuing a share of its cache
  * lines spread over its K loop (a burst before the call stalled on full miss buffers),
- * and packing it then waits less on memory. What it still waits on is mostly TLB misses:
- * with B's rows 2 KiB apart on 4 KiB pages, operands on 2 MiB pages ran 3-5% faster. */
+ * and packing it then waits less on memory (what it still waits on is mostly TLB misses,
+ * see the top of the file). */
 BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
@@ -359,8 +365,8 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
         int mr = (int)(m1 - i < MR ? m1 - i : MR);
         float* c = g->c + i * g->ldc + j;
         if (g->pa)
-          microkernel(np, (const char*)(g->pa + (i / MR) * g->kp * MR + p0 * MR), 4, 4 * MR, MR, pb, c, g->ldc,
-                      mr, nr, g->alpha, g->beta, p0 == 0, &pf);
+          microkernel(np, (const char*)(g->pa + (i / MR) * g->kp * MR + p0 * MR), 4, 4 * MR, MR, pb, c,
+                      g->ldc, mr, nr, g->alpha, g->beta, p0 == 0, &pf);
         else
           microkernel(np, (const char*)(g->a + i * g->sam + 2 * p0), 2 * g->sam, 4, mr, pb, c, g->ldc, mr, nr,
                       g->alpha, g->beta, p0 == 0, &pf);
@@ -548,7 +554,8 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
   uint64_t na = 0, nbw;
   /* packed A, then a B buffer per pool thread (tasks index theirs by tid) */
   if ((!direct_a && !tpu__mul_ok((uint64_t)(ma * MR), (uint64_t)g.kp * sizeof(uint32_t), &na)) ||
-      na > SIZE_MAX / 2 || !tpu__mul_ok((uint64_t)threads * (uint64_t)(g.kcp * g.nc), sizeof(uint32_t), &nbw) ||
+      na > SIZE_MAX / 2 ||
+      !tpu__mul_ok((uint64_t)threads * (uint64_t)(g.kcp * g.nc), sizeof(uint32_t), &nbw) ||
       na + nbw > SIZE_MAX - 128)
     return TPU_HOST_NOMEM();
   na = (na + 63) / 64 * 64;
