@@ -126,7 +126,8 @@ BF16_TARGET static void pack_panel(uint32_t* dst, int lanes, const uint16_t* bas
     }
     return;
   }
-  /* any other layout (A panels other than row-major A, which pack_a_group takes) */
+  /* any other layout (A panels with neither unit stride: pack_a_group and pack_a_cols
+   * take the others) */
   for (int64_t p = 0; p < kp; ++p)
     for (int l = 0; l < n; ++l) {
       const uint16_t* src = base + l * sl + 2 * p * sk;
@@ -242,6 +243,46 @@ typedef struct pf_s {
 BF16_TARGET static inline __attribute__((always_inline)) void pf_one(pf_t* f) {
   _mm_prefetch(f->at + f->run * f->stride + f->line * 64, _MM_HINT_T1);
   if (++f->line == f->lines) f->line = 0, ++f->run;
+}
+
+/* Column-major A (rows adjacent in memory: a transposed operand, as dY^T in a weight
+ * gradient) in the same groups of 48 rows: for each pair, 16 rows of the two K columns
+ * are interleaved into 16 words in a register (as pack_b_rows does) and stored into the
+ * panels their rows fall in with masked stores; rows past M read as zero. (It replaced
+ * pack_panel's element-by-element loop here: +3-5% at the LLM shapes with A transposed.) */
+BF16_TARGET static void pack_a_cols(void* ctx, int64_t grp, int tid) {
+  bf16_gemm_t* g = ctx;
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                       23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  int64_t r0 = grp * A_GROUP, kp = g->kp;
+  int64_t rend = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
+  if (rend > r0 + A_GROUP) rend = r0 + A_GROUP;
+  /* per 16-row vector: its load mask and the panels its lanes go to (at most 4) */
+  int nvec = (int)((rend - r0 + 15) / 16), nseg[3] = {0, 0, 0};
+  __mmask16 load[3], segm[3][4];
+  uint32_t* segp[3][4];
+  for (int v = 0; v < nvec; ++v) {
+    int64_t rb = r0 + 16 * v, valid = g->M - rb < 0 ? 0 : g->M - rb < 16 ? g->M - rb : 16;
+    int nrow = (int)(rend - rb < 16 ? rend - rb : 16);
+    load[v] = (__mmask16)((1u << valid) - 1);
+    for (int l0 = 0; l0 < nrow;) {
+      int64_t row = rb + l0;
+      int lane = (int)(row % MR), cnt = MR - lane < nrow - l0 ? MR - lane : nrow - l0;
+      segm[v][nseg[v]] = (__mmask16)(((1u << cnt) - 1) << l0);
+      segp[v][nseg[v]++] = g->pa + row / MR * kp * MR + lane - l0; /* lane l0 lands on `lane` */
+      l0 += cnt;
+    }
+  }
+  for (int64_t p = 0; p < kp; ++p) {
+    const uint16_t* k0 = g->a + r0 + 2 * p * g->sak;
+    bool has1 = 2 * p + 1 < g->K;
+    for (int v = 0; v < nvec; ++v) {
+      __m256i x0 = _mm256_maskz_loadu_epi16(load[v], k0 + 16 * v);
+      __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(load[v], k0 + g->sak + 16 * v) : _mm256_setzero_si256();
+      __m512i w = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
+      for (int s = 0; s < nseg[v]; ++s) _mm512_mask_storeu_epi32(segp[v][s] + p * MR, segm[v][s], w);
+    }
+  }
 }
 
 /* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
@@ -568,6 +609,7 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
   g.pbt = (uint32_t*)(base + na);
   tpu_status_t st = direct_a ? NULL
                     : sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
+                    : sam == 1 ? run_items(&g, pack_a_cols, (M + A_GROUP - 1) / A_GROUP, threads)
                                : run_items(&g, pack_a_panel, ma, threads);
   if (!st) st = run_items(&g, run_task, tasks, threads);
   tpu__free(buf);
