@@ -246,41 +246,47 @@ BF16_TARGET static inline __attribute__((always_inline)) void pf_one(pf_t* f) {
 }
 
 /* Column-major A (rows adjacent in memory: a transposed operand, as dY^T in a weight
- * gradient) in the same groups of 48 rows: for each pair, 16 rows of the two K columns
- * are interleaved into 16 words in a register (as pack_b_rows does) and stored into the
- * panels their rows fall in with masked stores; rows past M read as zero. (It replaced
- * pack_panel's element-by-element loop here: +3-5% at the LLM shapes with A transposed.) */
-BF16_TARGET static void pack_a_cols(void* ctx, int64_t grp, int tid) {
+ * gradient), A_COLS_PAIRS pairs of K columns per work item, all rows, in groups of 48: for
+ * each pair, 16 rows of the two K columns are interleaved into 16 words in a register
+ * (as pack_b_rows does) and stored into the panels their rows fall in with masked
+ * stores; rows past M read as zero. An item reads its columns whole, one after another
+ * (a K column per 4 KiB page when M is large: an item of all K per row group missed the
+ * TLB on every load). (It replaced pack_panel's element-by-element loop here: +3-5% at
+ * the LLM shapes with A transposed.) */
+#define A_COLS_PAIRS 64
+BF16_TARGET static void pack_a_cols(void* ctx, int64_t item, int tid) {
   bf16_gemm_t* g = ctx;
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  int64_t r0 = grp * A_GROUP, kp = g->kp;
-  int64_t rend = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
-  if (rend > r0 + A_GROUP) rend = r0 + A_GROUP;
-  /* per 16-row vector: its load mask and the panels its lanes go to (at most 4) */
-  int nvec = (int)((rend - r0 + 15) / 16), nseg[3] = {0, 0, 0};
-  __mmask16 load[3], segm[3][4];
-  uint32_t* segp[3][4];
-  for (int v = 0; v < nvec; ++v) {
-    int64_t rb = r0 + 16 * v, valid = g->M - rb < 0 ? 0 : g->M - rb < 16 ? g->M - rb : 16;
-    int nrow = (int)(rend - rb < 16 ? rend - rb : 16);
-    load[v] = (__mmask16)((1u << valid) - 1);
-    for (int l0 = 0; l0 < nrow;) {
-      int64_t row = rb + l0;
-      int lane = (int)(row % MR), cnt = MR - lane < nrow - l0 ? MR - lane : nrow - l0;
-      segm[v][nseg[v]] = (__mmask16)(((1u << cnt) - 1) << l0);
-      segp[v][nseg[v]++] = g->pa + row / MR * kp * MR + lane - l0; /* lane l0 lands on `lane` */
-      l0 += cnt;
-    }
-  }
-  for (int64_t p = 0; p < kp; ++p) {
-    const uint16_t* k0 = g->a + r0 + 2 * p * g->sak;
-    bool has1 = 2 * p + 1 < g->K;
+  int64_t kp = g->kp, p0 = item * A_COLS_PAIRS, p1 = p0 + A_COLS_PAIRS < kp ? p0 + A_COLS_PAIRS : kp;
+  int64_t rows = (g->M + MR - 1) / MR * MR; /* rows up to the end of the last panel */
+  for (int64_t r0 = 0; r0 < rows; r0 += A_GROUP) {
+    int64_t rend = rows < r0 + A_GROUP ? rows : r0 + A_GROUP;
+    /* per 16-row vector: its load mask and the panels its lanes go to (at most 4) */
+    int nvec = (int)((rend - r0 + 15) / 16), nseg[3] = {0, 0, 0};
+    __mmask16 load[3], segm[3][4];
+    uint32_t* segp[3][4];
     for (int v = 0; v < nvec; ++v) {
-      __m256i x0 = _mm256_maskz_loadu_epi16(load[v], k0 + 16 * v);
-      __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(load[v], k0 + g->sak + 16 * v) : _mm256_setzero_si256();
-      __m512i w = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
-      for (int s = 0; s < nseg[v]; ++s) _mm512_mask_storeu_epi32(segp[v][s] + p * MR, segm[v][s], w);
+      int64_t rb = r0 + 16 * v, valid = g->M - rb < 0 ? 0 : g->M - rb < 16 ? g->M - rb : 16;
+      int nrow = (int)(rend - rb < 16 ? rend - rb : 16);
+      load[v] = (__mmask16)((1u << valid) - 1);
+      for (int l0 = 0; l0 < nrow;) {
+        int64_t row = rb + l0;
+        int lane = (int)(row % MR), cnt = MR - lane < nrow - l0 ? MR - lane : nrow - l0;
+        segm[v][nseg[v]] = (__mmask16)(((1u << cnt) - 1) << l0);
+        segp[v][nseg[v]++] = g->pa + row / MR * kp * MR + lane - l0; /* lane l0 lands on `lane` */
+        l0 += cnt;
+      }
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+      const uint16_t* k0 = g->a + r0 + 2 * p * g->sak;
+      bool has1 = 2 * p + 1 < g->K;
+      for (int v = 0; v < nvec; ++v) {
+        __m256i x0 = _mm256_maskz_loadu_epi16(load[v], k0 + 16 * v);
+        __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(load[v], k0 + g->sak + 16 * v) : _mm256_setzero_si256();
+        __m512i w = _mm512_permutexvar_epi16(idx, _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1));
+        for (int sg = 0; sg < nseg[v]; ++sg) _mm512_mask_storeu_epi32(segp[v][sg] + p * MR, segm[v][sg], w);
+      }
     }
   }
 }
@@ -609,7 +615,7 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
   g.pbt = (uint32_t*)(base + na);
   tpu_status_t st = direct_a ? NULL
                     : sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
-                    : sam == 1 ? run_items(&g, pack_a_cols, (M + A_GROUP - 1) / A_GROUP, threads)
+                    : sam == 1 ? run_items(&g, pack_a_cols, cdiv(g.kp, A_COLS_PAIRS), threads)
                                : run_items(&g, pack_a_panel, ma, threads);
   if (!st) st = run_items(&g, run_task, tasks, threads);
   tpu__free(buf);
