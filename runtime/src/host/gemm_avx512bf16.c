@@ -16,10 +16,9 @@
  * words, which stays in L2) just before use, so every B panel is packed once and never
  * goes out to memory; then each NR-column B micro-panel meets every MR-row A micro-panel
  * of the task, A streaming from L3 (A that is not read in place is packed whole up front,
- * in a parallel region of its own). While a block is multiplied, the source of the next
- * B block is prefetched into L2 from inside the microkernel's K loop, and the C tile is
- * prefetched for writing before it. With at most SMALL_M rows, B is not packed at all
- * (gemm_small: reading B once is the whole cost there).
+ * in a parallel region of its own); the microkernel prefetches the C tile for writing
+ * before its K loop. With at most SMALL_M rows, B is not packed at all (gemm_small:
+ * reading B once is the whole cost there).
  *
  * Measured on Zen 4 (2 cores, 1 MiB L2 each) at the bench's LLM shapes (512 x 1024 x
  * 3072, 512 x 1024 x 4096, 512 x 4096 x 1024, 1024^3): 90-94% of the vdpbf16ps peak at 1
@@ -179,8 +178,6 @@ typedef struct bf16_gemm_s {
   int64_t kcp;        /* K pairs per block: kp split evenly into blocks of at most KCP */
   int64_t mc, nc;     /* task size: multiples of MR and NR */
   int64_t ntasks;     /* tasks per row of tasks */
-  int64_t tasks;      /* tasks in all */
-  int threads;
 } bf16_gemm_t;
 
 BF16_TARGET static void pack_a_panel(void* ctx, int64_t i, int tid) {
@@ -227,22 +224,6 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
         g->pa[row / MR * kp * MR + full * MR + row % MR] = row < g->M ? a[row * g->sam + g->K - 1] : 0;
       }
   }
-}
-
-/* Cache lines to prefetch into L2 (the next block's B source): `runs` runs of `lines` lines,
- * `stride` bytes apart from `at`; the microkernel issues up to `quota` of them from (run,
- * line), one every 4 pairs of its K loop, and drops what does not fit (with few rows per
- * task the packing's own prefetch covers it): a burst of misses stalls the core on full
- * miss buffers (issuing the rest after the K loop cost 2-3% at the LLM shapes and ~10%
- * at 12..48 rows). */
-typedef struct pf_s {
-  const char* at;
-  int64_t stride, runs, lines, run, line, quota;
-} pf_t;
-
-BF16_TARGET static inline __attribute__((always_inline)) void pf_one(pf_t* f) {
-  _mm_prefetch(f->at + f->run * f->stride + f->line * 64, _MM_HINT_T1);
-  if (++f->line == f->lines) f->line = 0, ++f->run;
 }
 
 /* Column-major A (rows adjacent in memory: a transposed operand, as dY^T in a weight
@@ -298,9 +279,7 @@ BF16_TARGET static void pack_a_cols(void* ctx, int64_t item, int tid) {
  * Inlined into each caller, so the packed call keeps constant offsets. */
 BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
     int64_t np, const char* a, int64_t ars, int64_t aps, int ar_rows, const uint32_t* b, float* c,
-    int64_t ldc, int mr, int nr, float alpha, float beta, bool first, pf_t* pf) {
-  pf_t f = *pf;
-  int64_t left = f.run < f.runs ? f.quota : 0;
+    int64_t ldc, int mr, int nr, float alpha, float beta, bool first) {
   const char* ar[MR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) ar[r] = a + (r < ar_rows ? r : ar_rows - 1) * ars;
@@ -319,7 +298,6 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
     for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * 16, 1, 3);
   }
   for (int64_t p = 0; p < np; ++p) {
-    if ((p & 3) == 3 && left > 0 && f.run < f.runs) pf_one(&f), --left;
     __m512bh bv[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * NR + v * 16);
@@ -334,7 +312,6 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
-  *pf = f;
   __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
   __mmask16 mk[NV];
 #pragma GCC unroll 8
@@ -357,40 +334,17 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
   }
 }
 
-/* The source of a task's K block of B, as runs of contiguous bytes: `runs` runs of `bytes`
- * bytes, `stride` elements apart (row-major B: K rows; transposed B: columns); runs 0
- * when B has neither unit stride. */
-typedef struct b_src_s {
-  const uint16_t* at;
-  int64_t runs, stride, bytes;
-} b_src_t;
-
-BF16_TARGET static b_src_t b_source(const bf16_gemm_t* g, int64_t t, int64_t p0) {
-  int64_t n0 = t % g->ntasks * g->nc, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
-  int64_t np = g->kp - p0 < g->kcp ? g->kp - p0 : g->kcp;
-  int64_t kb = g->K - 2 * p0 < 2 * np ? g->K - 2 * p0 : 2 * np;
-  const uint16_t* at = g->b + n0 * g->sbn + 2 * p0 * g->sbk;
-  if (g->sbn == 1) return (b_src_t){at, kb, g->sbk, (n1 - n0) * 2};
-  if (g->sbk == 1) return (b_src_t){at, n1 - n0, g->sbn, kb * 2};
-  return (b_src_t){at, 0, 0, 0};
-}
-
 /* Task t: an mc x nc block of C, row-major over the grid of tasks. For each K block the
  * task packs its B panels into its thread's buffer (kcp x nc words, which stays in L2)
  * right before using them; each NR-column B micro-panel then meets every MR-row A
- * micro-panel of the task. B's source is read in runs far apart, which the hardware
- * prefetcher does not follow; so while one block is multiplied, the source of the next
- * (this task's next K block, else the first of task t + threads, the likely next task of
- * this thread) is prefetched into L2, each microkernel call issuing a share of its cache
- * lines spread over its K loop (a burst before the call stalled on full miss buffers),
- * and packing it then waits less on memory (what it still waits on is mostly TLB misses,
- * see the top of the file). */
+ * micro-panel of the task. (Prefetching the next block's B source into L2 from the
+ * microkernel's K loop gained ~1% while A was packed, and lost ~1% once A was read in
+ * place: not kept.) */
 BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
   int64_t m1 = m0 + g->mc < g->M ? m0 + g->mc : g->M, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
   uint32_t* pbt = g->pbt + (int64_t)tid * g->kcp * g->nc;
-  int64_t calls = (m1 - m0 + MR - 1) / MR * ((n1 - n0 + NR - 1) / NR);
   for (int64_t p0 = 0; p0 < g->kp; p0 += g->kcp) {
     int64_t np = g->kp - p0 < g->kcp ? g->kp - p0 : g->kcp;
     int64_t kb = g->K - 2 * p0 < 2 * np ? g->K - 2 * p0 : 2 * np; /* K values in the block */
@@ -400,11 +354,6 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
       for (int64_t j = n0; j < n1; j += NR)
         pack_panel(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
                    (int)(n1 - j < NR ? n1 - j : NR), kb);
-    b_src_t nx = {0};
-    if (p0 + g->kcp < g->kp) nx = b_source(g, t, p0 + g->kcp);
-    else if (t + g->threads < g->tasks) nx = b_source(g, t + g->threads, 0);
-    pf_t pf = {(const char*)nx.at, nx.stride * 2, nx.runs, (nx.bytes + 63) / 64, 0, 0, 0};
-    pf.quota = (pf.runs * pf.lines + calls - 1) / calls;
     for (int64_t j = n0; j < n1; j += NR) {
       const uint32_t* pb = pbt + (j - n0) / NR * np * NR;
       int nr = (int)(n1 - j < NR ? n1 - j : NR);
@@ -413,10 +362,10 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
         float* c = g->c + i * g->ldc + j;
         if (g->pa)
           microkernel(np, (const char*)(g->pa + (i / MR) * g->kp * MR + p0 * MR), 4, 4 * MR, MR, pb, c,
-                      g->ldc, mr, nr, g->alpha, g->beta, p0 == 0, &pf);
+                      g->ldc, mr, nr, g->alpha, g->beta, p0 == 0);
         else
           microkernel(np, (const char*)(g->a + i * g->sam + 2 * p0), 2 * g->sam, 4, mr, pb, c, g->ldc, mr, nr,
-                      g->alpha, g->beta, p0 == 0, &pf);
+                      g->alpha, g->beta, p0 == 0);
       }
     }
   }
@@ -591,8 +540,6 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
   int threads = serial ? 1 : tpu__num_threads();
   int64_t tasks = split_tasks(&g, threads);
-  g.tasks = tasks;
-  g.threads = threads;
   int64_t kblocks = cdiv(g.kp, KCP);
   g.kcp = cdiv(g.kp, kblocks);
   /* Row-major A with an even K is read in place, each pair a 32-bit word of its row (an
