@@ -372,8 +372,10 @@ static void bf16_gemm_case(bg_op_t op, int64_t bt, int64_t M, int64_t K, int64_t
         }
         double base = op == BG_BADDBMM ? beta * cv[(bi * M + i) * N + j] : acc;
         want[(bi * M + i) * N + j] = bf16_rne(base + alpha * s);
-        /* inexact values: f32 accumulation error, then one bf16 ulp of the result */
-        tol[(bi * M + i) * N + j] = exact ? 0 : 0x1p-8 * fabs(base + alpha * s) + (double)K * 0x1p-23 * fabs(alpha) * sa;
+        /* inexact values: f32 accumulation error, then both results rounded to bf16, each
+         * within half an ulp (2^-8 relative), so one ulp apart where the two straddle a
+         * rounding midpoint */
+        tol[(bi * M + i) * N + j] = exact ? 0 : 0x1p-7 * fabs(base + alpha * s) + (double)K * 0x1p-23 * fabs(alpha) * sa;
       }
       if (op == BG_ADDBMM) { want[i * N + j] = acc; tol[i * N + j] = exact ? 0 : 0x1p-7 * mag; }
     }
@@ -393,13 +395,15 @@ static void bf16_gemm_case(bg_op_t op, int64_t bt, int64_t M, int64_t K, int64_t
 
 static void test_bf16_gemm(void) {
   /* (M, K, N): K = 1 and odd K (a zero-padded last pair), M and N off the 6 x 64
-   * register block, N across two column panels; 203 x 515 x 261 is large enough to run on
-   * the pool and spans two K blocks of 256 pairs; 67 x 1031 x 93 packs B per task over
-   * three K blocks, the last one odd. M <= 4 with a unit-stride B takes the
+   * register block, N across two column panels and several column tasks; 203 x 515 x
+   * 261 is large enough to run on the pool; 67 x 1031 x 93 spans two K blocks (516 pairs,
+   * split 258 + 258), the last pair odd; with an even K, contiguous A (layout 0) is read
+   * in place: 203 x 1032 x 261 over two K blocks, 67 x 2050 x 131 over three of 342, 342
+   * and 341 pairs, a last row panel of one row. M <= 4 with a unit-stride B takes the
    * few-rows kernels (K across 32-element vectors, N across their column blocks). */
   static const int64_t shapes[][3] = {{1, 1, 1}, {7, 1, 45}, {5, 2, 64}, {13, 3, 70}, {6, 64, 64},
                                       {67, 131, 93}, {203, 515, 261}, {2, 64, 17}, {3, 33, 70},
-                                      {4, 1001, 77}, {67, 1031, 93}};
+                                      {4, 1001, 77}, {67, 1031, 93}, {203, 1032, 261}, {67, 2050, 131}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; ++s)
     for (int la = 0; la < 3; ++la)
       for (int lb = 0; lb < 3; ++lb)
