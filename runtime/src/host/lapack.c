@@ -1,0 +1,490 @@
+/* Host kernels of the lapack family: matrix decompositions through the LAPACK of the
+ * pinned scipy-openblas32 wheel (LAPACKE's _work entry points, column-major, so LAPACKE
+ * never allocates behind the runtime's allocator).
+ *
+ * Every kernel packs its matrices into dense column-major scratch in the compute dtype
+ * (f32 or f64; the transposed view of a matrix packed row-major is its column-major
+ * form), runs the batch elements over the pool, one single-threaded LAPACK call chain
+ * per matrix, and unpacks. A matrix's result depends only on that matrix, so results do
+ * not depend on the thread count. `info` outputs are int32 per batch element, as LAPACK
+ * reports them (ATen's _linalg_check_errors turns them into its messages); pivots are
+ * LAPACK's 1-based int32 row interchanges.
+ *
+ * Node layouts (set by aten/lapack.c; batch dims lead every operand):
+ *  CHOLESKY  in[0] A [*, n, n]; ia[0] upper. out[0] L (the other triangle zeroed),
+ *            out[1] info [*].
+ *  GETRF     in[0] A [*, m, n]; ia[0] what the node returns:
+ *              LU_FACTOR: out LU [*, m, n], pivots [*, k], info [*]   (k = min(m, n))
+ *              LU_DET:    out det [*], LU, pivots
+ *              LU_SLOGDET:out sign [*], logabsdet [*], LU, pivots
+ *              LU_PLU:    out P [*, m, m], L [*, m, k], U [*, k, n]   (linalg_lu)
+ *              LU_INV:    out inverse [*, n, n], info [*]             (getrf + getri)
+ *  LU_UNPACK in[0] LU [*, m, n], in[1] pivots [*, k]; ia[0] unpack_data, ia[1]
+ *            unpack_pivots. out P [*, m, m], L [*, m, k], U [*, k, n]; an output the
+ *            flags leave out has no elements.
+ *  LU_SOLVE  in[0] LU [*a, n, n], in[1] pivots [*a, n], in[2] B viewed at the result's
+ *            batch [*, n, r] (left) or [*, r, n]; ia[0] left, ia[1] adjoint.
+ *            out[0] X [*, ...]; *a broadcasts to * (matrix i of X uses LU's matching one).
+ *  SOLVE     in[0] A [*a, n, n], in[1] B as LU_SOLVE's; ia[0] left, ia[1] B is a vector
+ *            (X and B then lack the last dim). out X, LU [*a, n, n], pivots, info [*a]. */
+#include <lapacke.h>
+#include <math.h>
+#include <string.h>
+
+#include "host/host.h"
+
+enum { LU_FACTOR = 0, LU_DET = 1, LU_SLOGDET = 2, LU_PLU = 3, LU_INV = 4 };
+
+static bool fits_lapack(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+/* op with its last two dims swapped: the same memory seen transposed. */
+static tpu_operand_t swapped(const tpu_operand_t* op) {
+  tpu_operand_t t = *op;
+  int d = t.ndim;
+  if (d >= 2) {
+    int64_t s = t.sizes[d - 1], st = t.strides[d - 1];
+    t.sizes[d - 1] = t.sizes[d - 2];
+    t.strides[d - 1] = t.strides[d - 2];
+    t.sizes[d - 2] = s;
+    t.strides[d - 2] = st;
+  }
+  return t;
+}
+
+/* A dense scratch array of n elements of es bytes (at least one byte: empty batches). */
+static void* scratch(int64_t n, size_t es) {
+  uint64_t bytes;
+  if (n < 0 || !tpu__mul_ok((uint64_t)n, es, &bytes)) return NULL;
+  return tpu__malloc((size_t)bytes + 16);
+}
+
+/* op's matrices, each column-major, dense, in cd (colmajor) or row-major (!colmajor). */
+static void* pack_mats(const tpu_operand_t* op, tpu_dtype_t cd, bool colmajor) {
+  void* buf = scratch(tpu__operand_numel(op), tpu_dtype_size(cd));
+  if (!buf) return NULL;
+  tpu_operand_t t = colmajor ? swapped(op) : *op;
+  tpu__pack(&t, NULL, cd, buf);
+  return buf;
+}
+static void unpack_mats(const tpu_operand_t* op, const void* buf, tpu_dtype_t cd, bool colmajor) {
+  tpu_operand_t t = colmajor ? swapped(op) : *op;
+  tpu__unpack(&t, buf, cd);
+}
+static bool present(const tpu_node_t* n, int i) {
+  return i < n->n_out && !tpu__output_absent(&n->out[i]) && tpu__operand_numel(&n->out[i]) > 0;
+}
+
+/* Matrices per chunk: enough work (about 64k flops) that a chunk is worth a thread. */
+static int64_t grain(int64_t m, int64_t n) {
+  int64_t f = m * n * (m < n ? m : n) + 1;
+  return 1 + 65536 / f;
+}
+
+/* Index into a batch of `own` (right-aligned sizes, broadcast against `full`) of the
+ * full batch's element i. */
+static int64_t batch_source(const int64_t* full, int nf, const int64_t* own, int no, int64_t i) {
+  int64_t src = 0, mul = 1;
+  for (int d = nf - 1, od = no - 1; d >= 0; --d, --od) {
+    int64_t c = i % full[d];
+    i /= full[d];
+    if (od >= 0) {
+      if (own[od] != 1) src += c * mul;
+      mul *= own[od];
+    }
+  }
+  return src;
+}
+
+/* ---- LAPACK calls on void pointers (f32 or f64 by cd) ----------------------------- */
+
+static lapack_int x_potrf(tpu_dtype_t cd, char uplo, lapack_int n, void* a) {
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_spotrf_work(LAPACK_COL_MAJOR, uplo, n, a, n ? n : 1)
+                             : scipy_LAPACKE_dpotrf_work(LAPACK_COL_MAJOR, uplo, n, a, n ? n : 1);
+}
+static lapack_int x_getrf(tpu_dtype_t cd, lapack_int m, lapack_int n, void* a, lapack_int* ipiv) {
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_sgetrf_work(LAPACK_COL_MAJOR, m, n, a, m ? m : 1, ipiv)
+                             : scipy_LAPACKE_dgetrf_work(LAPACK_COL_MAJOR, m, n, a, m ? m : 1, ipiv);
+}
+static lapack_int x_getrs(tpu_dtype_t cd, char tr, lapack_int n, lapack_int r, const void* a,
+                          const lapack_int* ipiv, void* b) {
+  lapack_int ld = n ? n : 1;
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_sgetrs_work(LAPACK_COL_MAJOR, tr, n, r, a, ld, ipiv, b, ld)
+                             : scipy_LAPACKE_dgetrs_work(LAPACK_COL_MAJOR, tr, n, r, a, ld, ipiv, b, ld);
+}
+static lapack_int x_getri(tpu_dtype_t cd, lapack_int n, void* a, const lapack_int* ipiv, void* w, lapack_int lw) {
+  lapack_int ld = n ? n : 1;
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_sgetri_work(LAPACK_COL_MAJOR, n, a, ld, ipiv, w, lw)
+                             : scipy_LAPACKE_dgetri_work(LAPACK_COL_MAJOR, n, a, ld, ipiv, w, lw);
+}
+
+static double ld_el(const void* p, tpu_dtype_t cd, int64_t i) {
+  return cd == TPU_DTYPE_F32 ? (double)((const float*)p)[i] : ((const double*)p)[i];
+}
+static void st_el(void* p, tpu_dtype_t cd, int64_t i, double v) {
+  if (cd == TPU_DTYPE_F32) ((float*)p)[i] = (float)v;
+  else ((double*)p)[i] = v;
+}
+
+/* ---- Cholesky ------------------------------------------------------------------------- */
+
+typedef struct chol_s {
+  tpu_dtype_t cd;
+  char* a;
+  int64_t n;
+  int64_t* info;
+  bool upper;
+} chol_t;
+
+static tpu_status_t chol_run(void* ctx, int64_t b, int64_t e, int tid) {
+  chol_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t n = c->n;
+  for (int64_t i = b; i < e; ++i) {
+    char* p = c->a + (size_t)(i * n * n) * es;
+    c->info[i] = x_potrf(c->cd, c->upper ? 'U' : 'L', (lapack_int)n, p);
+    for (int64_t j = 0; j < n; ++j) /* column j: clear the triangle LAPACK did not write */
+      for (int64_t r = c->upper ? j + 1 : 0; r < (c->upper ? n : j); ++r) st_el(p, c->cd, j * n + r, 0.0);
+  }
+  return NULL;
+}
+
+static tpu_status_t cholesky_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* A = &nd->in[0];
+  int64_t n = A->sizes[A->ndim - 1];
+  int64_t mats = n ? tpu__operand_numel(A) / (n * n) : tpu__operand_numel(&nd->out[1]);
+  if (!fits_lapack(n)) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  chol_t c = {nd->compute, pack_mats(A, nd->compute, true), n, scratch(mats, sizeof(int64_t)), nd->ia[0] != 0};
+  tpu_status_t st = NULL;
+  if (!c.a || !c.info) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__blas_prepare();
+  st = tpu__parallel_for(mats, grain(n, n), chol_run, &c);
+  if (st) goto done;
+  unpack_mats(&nd->out[0], c.a, c.cd, true);
+  if (present(nd, 1)) tpu__unpack(&nd->out[1], c.info, TPU_DTYPE_I64);
+done:
+  tpu__free(c.a);
+  tpu__free(c.info);
+  return st;
+}
+
+/* ---- LU factorization and what is built on it --------------------------------------- */
+
+typedef struct lu_s {
+  tpu_dtype_t cd;
+  int mode;
+  int64_t m, n, k;
+  char* a;          /* LU, column-major */
+  int64_t* piv;     /* [mats, k], 1-based */
+  int64_t* info;    /* [mats] */
+  char* r0;         /* det / sign / P / inverse (row-major) */
+  char* r1;         /* logabsdet / L */
+  char* r2;         /* U */
+} lu_t;
+
+/* P, L and U of matrix i (row-major) from its column-major LU and pivots, each when wanted. */
+static tpu_status_t unpack_plu(const lu_t* c, int64_t i, lapack_int* perm) {
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t m = c->m, n = c->n, k = c->k;
+  const char* lu = c->a + (size_t)(i * m * n) * es;
+  if (c->r0) {
+    for (int64_t r = 0; r < m; ++r) perm[r] = (lapack_int)r;
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t p = c->piv[i * k + j] - 1;
+      if (p < 0 || p >= m)
+        return tpu_status_make(TPU_INVALID_ARGUMENT, "pivots passed to lu_unpack must be between 1 and LU.size(-2) "
+                               "inclusive.Did you properly pass the result of lu_factor?");
+      lapack_int t = perm[j];
+      perm[j] = perm[p];
+      perm[p] = t;
+    }
+    char* P = c->r0 + (size_t)(i * m * m) * es;
+    memset(P, 0, (size_t)(m * m) * es);
+    for (int64_t j = 0; j < m; ++j) st_el(P, c->cd, (int64_t)perm[j] * m + j, 1.0);
+  }
+  if (c->r1) {
+    char* L = c->r1 + (size_t)(i * m * k) * es;
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < k; ++j) st_el(L, c->cd, r * k + j, r > j ? ld_el(lu, c->cd, j * m + r) : r == j);
+  }
+  if (c->r2) {
+    char* U = c->r2 + (size_t)(i * k * n) * es;
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t j = 0; j < n; ++j) st_el(U, c->cd, r * n + j, j >= r ? ld_el(lu, c->cd, j * m + r) : 0.0);
+  }
+  return NULL;
+}
+
+static tpu_status_t lu_run(void* ctx, int64_t b, int64_t e, int tid) {
+  lu_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t m = c->m, n = c->n, k = c->k;
+  int64_t lw = c->mode == LU_INV ? 64 * (n ? n : 1) : 0;
+  lapack_int* ip = tpu__malloc(sizeof(lapack_int) * (size_t)(m + 1));
+  void* w = lw ? scratch(lw, es) : NULL;
+  tpu_status_t st = NULL;
+  if (!ip || (lw && !w)) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t i = b; i < e && !st; ++i) {
+    char* lu = c->a + (size_t)(i * m * n) * es;
+    lapack_int info = x_getrf(c->cd, (lapack_int)m, (lapack_int)n, lu, ip);
+    if (c->info) c->info[i] = info;
+    if (c->piv)
+      for (int64_t j = 0; j < k; ++j) c->piv[i * k + j] = ip[j];
+    if (c->mode == LU_DET || c->mode == LU_SLOGDET) {
+      /* ATen's: the product of U's diagonal with the permutation's sign; slogdet sums the
+       * logs of the magnitudes and multiplies the signs */
+      bool odd = false;
+      for (int64_t j = 0; j < k; ++j) odd ^= ip[j] != j + 1;
+      if (c->mode == LU_DET) {
+        double d = odd ? -1.0 : 1.0;
+        for (int64_t j = 0; j < n; ++j) d = tpu__round_to_dtype(d * ld_el(lu, c->cd, j * n + j), c->cd);
+        st_el(c->r0, c->cd, i, d);
+      } else {
+        double s = odd ? -1.0 : 1.0, l = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          double u = ld_el(lu, c->cd, j * n + j);
+          s *= u > 0 ? 1.0 : u < 0 ? -1.0 : 0.0;
+          l = tpu__round_to_dtype(l + tpu__round_to_dtype(log(fabs(u)), c->cd), c->cd);
+        }
+        st_el(c->r0, c->cd, i, s);
+        st_el(c->r1, c->cd, i, l);
+      }
+    } else if (c->mode == LU_PLU) {
+      st = unpack_plu(c, i, ip);
+    } else if (c->mode == LU_INV && info == 0) {
+      x_getri(c->cd, (lapack_int)n, lu, ip, w, (lapack_int)lw);
+    }
+  }
+done:
+  tpu__free(ip);
+  tpu__free(w);
+  return st;
+}
+
+static tpu_status_t getrf_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* A = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  size_t es = tpu_dtype_size(cd);
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
+  int64_t mats = 1;
+  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  if (!fits_lapack(m) || !fits_lapack(n))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  int mode = (int)nd->ia[0];
+  lu_t c = {cd, mode, m, n, m < n ? m : n, pack_mats(A, cd, true)};
+  bool want_piv = mode == LU_FACTOR || mode == LU_DET || mode == LU_SLOGDET || mode == LU_PLU;
+  c.piv = want_piv ? scratch(mats * c.k, sizeof(int64_t)) : NULL;
+  c.info = mode == LU_FACTOR || mode == LU_INV ? scratch(mats, sizeof(int64_t)) : NULL;
+  if (mode == LU_DET || mode == LU_SLOGDET) c.r0 = scratch(mats, es);
+  if (mode == LU_SLOGDET) c.r1 = scratch(mats, es);
+  if (mode == LU_PLU) {
+    c.r0 = scratch(mats * m * m, es);
+    c.r1 = scratch(mats * m * c.k, es);
+    c.r2 = scratch(mats * c.k * n, es);
+  }
+  tpu_status_t st = NULL;
+  if (!c.a || (want_piv && !c.piv) || (mode != LU_PLU && mode != LU_DET && mode != LU_SLOGDET && !c.info) ||
+      ((mode == LU_DET || mode == LU_SLOGDET || mode == LU_PLU) && !c.r0) ||
+      ((mode == LU_SLOGDET || mode == LU_PLU) && !c.r1) || (mode == LU_PLU && !c.r2)) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  tpu__blas_prepare();
+  st = tpu__parallel_for(mats, grain(m, n), lu_run, &c);
+  if (st) goto done;
+  switch (mode) {
+    case LU_FACTOR:
+      unpack_mats(&nd->out[0], c.a, cd, true);
+      if (present(nd, 1)) tpu__unpack(&nd->out[1], c.piv, TPU_DTYPE_I64);
+      if (present(nd, 2)) tpu__unpack(&nd->out[2], c.info, TPU_DTYPE_I64);
+      break;
+    case LU_DET:
+    case LU_SLOGDET: {
+      int o = mode == LU_DET ? 1 : 2;
+      tpu__unpack(&nd->out[0], c.r0, cd);
+      if (mode == LU_SLOGDET) tpu__unpack(&nd->out[1], c.r1, cd);
+      if (present(nd, o)) unpack_mats(&nd->out[o], c.a, cd, true);
+      if (present(nd, o + 1)) tpu__unpack(&nd->out[o + 1], c.piv, TPU_DTYPE_I64);
+      break;
+    }
+    case LU_PLU:
+      if (present(nd, 0)) tpu__unpack(&nd->out[0], c.r0, cd);
+      if (present(nd, 1)) tpu__unpack(&nd->out[1], c.r1, cd);
+      if (present(nd, 2)) tpu__unpack(&nd->out[2], c.r2, cd);
+      break;
+    case LU_INV:
+      unpack_mats(&nd->out[0], c.a, cd, true);
+      if (present(nd, 1)) tpu__unpack(&nd->out[1], c.info, TPU_DTYPE_I64);
+      break;
+  }
+done:
+  tpu__free(c.a);
+  tpu__free(c.piv);
+  tpu__free(c.info);
+  tpu__free(c.r0);
+  tpu__free(c.r1);
+  tpu__free(c.r2);
+  return st;
+}
+
+/* lu_unpack: P, L, U from a given LU and pivots. */
+static tpu_status_t unpack_run(void* ctx, int64_t b, int64_t e, int tid) {
+  lu_t* c = ctx;
+  lapack_int* perm = tpu__malloc(sizeof(lapack_int) * (size_t)(c->m + 1));
+  if (!perm) return TPU_HOST_NOMEM();
+  tpu_status_t st = NULL;
+  for (int64_t i = b; i < e && !st; ++i) st = unpack_plu(c, i, perm);
+  tpu__free(perm);
+  return st;
+}
+
+static tpu_status_t lu_unpack_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* A = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  size_t es = tpu_dtype_size(cd);
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
+  int64_t mats = 1;
+  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  lu_t c = {cd, LU_PLU, m, n, m < n ? m : n, pack_mats(A, cd, true)};
+  c.piv = tpu__pack_alloc(&nd->in[1], TPU_DTYPE_I64);
+  if (!c.piv) c.piv = scratch(1, sizeof(int64_t));
+  bool data = nd->ia[0] != 0, pivots = nd->ia[1] != 0;
+  if (pivots) c.r0 = scratch(mats * m * m, es);
+  if (data) {
+    c.r1 = scratch(mats * m * c.k, es);
+    c.r2 = scratch(mats * c.k * n, es);
+  }
+  tpu_status_t st = NULL;
+  if (!c.a || !c.piv || (pivots && !c.r0) || (data && (!c.r1 || !c.r2))) {
+    st = TPU_HOST_NOMEM();
+    goto done;
+  }
+  st = tpu__parallel_for(mats, grain(m, n), unpack_run, &c);
+  if (st) goto done;
+  if (pivots && present(nd, 0)) tpu__unpack(&nd->out[0], c.r0, cd);
+  if (data && present(nd, 1)) tpu__unpack(&nd->out[1], c.r1, cd);
+  if (data && present(nd, 2)) tpu__unpack(&nd->out[2], c.r2, cd);
+done:
+  tpu__free(c.a);
+  tpu__free(c.piv);
+  tpu__free(c.r0);
+  tpu__free(c.r1);
+  tpu__free(c.r2);
+  return st;
+}
+
+/* ---- solves ---------------------------------------------------------------------------- */
+
+typedef struct solve_s {
+  tpu_dtype_t cd;
+  int64_t n, r;          /* order, right-hand sides */
+  const char* lu;        /* [own mats, n, n] column-major */
+  const int64_t* piv;    /* [own mats, n] */
+  char* x;               /* [mats, n, r] column-major (B in, X out) */
+  const int64_t *full, *own;
+  int nf, no;
+  char tr;
+} solve_t;
+
+static tpu_status_t solve_run(void* ctx, int64_t b, int64_t e, int tid) {
+  solve_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t n = c->n;
+  lapack_int* ip = tpu__malloc(sizeof(lapack_int) * (size_t)(n + 1));
+  if (!ip) return TPU_HOST_NOMEM();
+  for (int64_t i = b; i < e; ++i) {
+    int64_t s = batch_source(c->full, c->nf, c->own, c->no, i);
+    for (int64_t j = 0; j < n; ++j) ip[j] = (lapack_int)c->piv[s * n + j];
+    x_getrs(c->cd, c->tr, (lapack_int)n, (lapack_int)c->r, c->lu + (size_t)(s * n * n) * es, ip,
+            c->x + (size_t)(i * n * c->r) * es);
+  }
+  tpu__free(ip);
+  return NULL;
+}
+
+/* Solves with the factors lu/piv (batch `own`, right-aligned against X's batch) for B (in
+ * operand, at X's batch): left: op(A) X = B; right: X op(A) = B, as op(A)^T X^T = B^T.
+ * The right form's X^T and B^T column-major are X and B row-major. */
+static tpu_status_t solve_with(tpu_node_t* nd, const tpu_operand_t* B, tpu_operand_t* X, const char* lu,
+                               const int64_t* piv, const int64_t* own, int no, bool left, bool adjoint) {
+  tpu_dtype_t cd = nd->compute;
+  int xd = X->ndim;
+  int64_t n = left ? X->sizes[xd - 2] : X->sizes[xd - 1], r = left ? X->sizes[xd - 1] : X->sizes[xd - 2];
+  if (!fits_lapack(n) || !fits_lapack(r))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  int64_t mats = 1;
+  for (int d = 0; d < xd - 2; ++d) mats *= X->sizes[d];
+  solve_t c = {cd, n, r, lu, piv, pack_mats(B, cd, left), X->sizes, own, xd - 2, no};
+  c.tr = (adjoint != !left) ? 'T' : 'N';
+  if (!c.x) return TPU_HOST_NOMEM();
+  tpu_status_t st = NULL;
+  if (n > 0 && r > 0) {
+    tpu__blas_prepare();
+    st = tpu__parallel_for(mats, grain(n, n + r), solve_run, &c);
+  }
+  if (!st) unpack_mats(X, c.x, cd, left);
+  tpu__free(c.x);
+  return st;
+}
+
+static tpu_status_t lu_solve_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* LU = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  char* lu = pack_mats(LU, cd, true);
+  int64_t* piv = scratch(tpu__operand_numel(&nd->in[1]), sizeof(int64_t));
+  tpu_status_t st = NULL;
+  if (!lu || !piv) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__pack(&nd->in[1], NULL, TPU_DTYPE_I64, piv);
+  st = solve_with(nd, &nd->in[2], &nd->out[0], lu, piv, LU->sizes, LU->ndim - 2, nd->ia[0] != 0, nd->ia[1] != 0);
+done:
+  tpu__free(lu);
+  tpu__free(piv);
+  return st;
+}
+
+/* A vector right-hand side (…, n) as the matrix (…, n, 1) of the same memory. */
+static tpu_operand_t as_column(const tpu_operand_t* op) {
+  tpu_operand_t t = *op;
+  t.sizes[t.ndim] = 1;
+  t.strides[t.ndim] = 1;
+  t.ndim += 1;
+  return t;
+}
+
+static tpu_status_t solve_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* A = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  int64_t n = A->sizes[A->ndim - 1];
+  int64_t mats = 1;
+  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  if (!fits_lapack(n)) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  lu_t c = {cd, LU_FACTOR, n, n, n, pack_mats(A, cd, true)};
+  c.piv = scratch(mats * n, sizeof(int64_t));
+  c.info = scratch(mats, sizeof(int64_t));
+  tpu_status_t st = NULL;
+  if (!c.a || !c.piv || !c.info) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__blas_prepare();
+  st = tpu__parallel_for(mats, grain(n, n), lu_run, &c);
+  if (st) goto done;
+  bool vec = nd->ia[1] != 0;
+  tpu_operand_t B = vec ? as_column(&nd->in[1]) : nd->in[1];
+  tpu_operand_t X = vec ? as_column(&nd->out[0]) : nd->out[0];
+  /* a singular matrix's solution is what getrs gives, as on CPU (info reports it) */
+  st = solve_with(nd, &B, &X, c.a, c.piv, A->sizes, A->ndim - 2, nd->ia[0] != 0, false);
+  if (st) goto done;
+  if (present(nd, 1)) unpack_mats(&nd->out[1], c.a, cd, true);
+  if (present(nd, 2)) tpu__unpack(&nd->out[2], c.piv, TPU_DTYPE_I64);
+  if (present(nd, 3)) tpu__unpack(&nd->out[3], c.info, TPU_DTYPE_I64);
+done:
+  tpu__free(c.a);
+  tpu__free(c.piv);
+  tpu__free(c.info);
+  return st;
+}
+
+void tpu__host_register_lapack(tpu_host_kernel_fn* table) {
+  table[TPU_KIND_CHOLESKY] = cholesky_kernel;
+  table[TPU_KIND_GETRF] = getrf_kernel;
+  table[TPU_KIND_LU_UNPACK] = lu_unpack_kernel;
+  table[TPU_KIND_LU_SOLVE] = lu_solve_kernel;
+  table[TPU_KIND_SOLVE] = solve_kernel;
+}
