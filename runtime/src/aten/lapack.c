@@ -287,6 +287,9 @@ static tpu_status_t build_lu_solve(tpu_build_t* b) {
                     "and B of type %s instead", api, tpu__dtype_c10_name(LU->dtype), tpu__dtype_c10_name(B->dtype));
   if (piv->dtype != TPU_DTYPE_I32)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: pivots should be a Tensor of scalar type torch.int32", api);
+  if (piv->ndim < 1 || piv->sizes[piv->ndim - 1] != LU->sizes[LU->ndim - 1])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Number of pivots per batch should be same as the dimension of the "
+                    "matrix", api);
   bool same = piv->ndim == LU->ndim - 1;
   for (int d = 0; same && d < piv->ndim; ++d) same = piv->sizes[d] == LU->sizes[d];
   if (!same) {
