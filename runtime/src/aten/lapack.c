@@ -370,6 +370,84 @@ static tpu_status_t build_solve_ex(tpu_build_t* b) {
   return tpu__out_dtypes_exact(b);
 }
 
+/* linalg_qr(Tensor A, str mode='reduced') -> (Q, R); mode 'r' returns an empty Q. */
+static tpu_status_t build_qr(tpu_build_t* b) {
+  const tpu_view_t* A;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
+  const tpu_arg_t* ma = tpu__arg(b, 1);
+  const char* mode = ma && ma->kind == TPU_ARG_STRING && ma->s ? ma->s : "reduced";
+  TPU_RETURN_IF_ERROR(at_least_2d(b, A, "linalg.qr", "A"));
+  if (!tpu_dtype_is_floating(A->dtype) && !tpu_dtype_is_complex(A->dtype))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "linalg.qr: Expected a floating point or complex tensor as input. Got %s",
+                    tpu__dtype_c10_name(A->dtype));
+  bool reduced = !strcmp(mode, "reduced"), complete = !strcmp(mode, "complete"), r_only = !strcmp(mode, "r");
+  if (!reduced && !complete && !r_only)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "qr received unrecognized mode '%s' but expected one of 'reduced' "
+                    "(default), 'r', or 'complete'", mode);
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "geqrf_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_QR));
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], k = m < n ? m : n;
+  int64_t qc = r_only ? 0 : complete ? m : k;
+  b->node->ia[0] = qc;
+  if (r_only) out_empty(b->node, A->dtype);
+  else out_batch(b->node, A->dtype, A, 2, 2, m, qc);
+  out_batch(b->node, A->dtype, A, 2, 2, complete ? m : k, n);
+  return tpu__out_dtypes_exact(b);
+}
+
+/* _linalg_eigh(Tensor A, str UPLO="L", bool compute_v=True) -> (eigenvalues, eigenvectors) */
+static tpu_status_t build_eigh(tpu_build_t* b) {
+  const tpu_view_t* A;
+  bool compute_v;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
+  const tpu_arg_t* ua = tpu__arg(b, 1);
+  const char* uplo = ua && ua->kind == TPU_ARG_STRING && ua->s ? ua->s : "L";
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, true, &compute_v));
+  TPU_RETURN_IF_ERROR(square(b, A, "linalg.eigh"));
+  bool upper = uplo[0] == 'U' || uplo[0] == 'u';
+  if (strlen(uplo) != 1 || !(upper || uplo[0] == 'L' || uplo[0] == 'l'))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected UPLO argument to be 'L' or 'U', but got %s", uplo);
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64)
+    return tpu__err_not_implemented_for(b, "linalg_eigh_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_EIGH));
+  int64_t n = A->sizes[A->ndim - 1];
+  b->node->ia[0] = upper;
+  b->node->ia[1] = compute_v;
+  out_batch(b->node, A->dtype, A, 2, 1, n, 0);
+  if (compute_v) out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
+  else out_empty(b->node, A->dtype);
+  return tpu__out_dtypes_exact(b);
+}
+
+/* _linalg_svd(Tensor A, bool full_matrices=False, bool compute_uv=True, *,
+ *             str? driver=None) -> (U, S, Vh); without compute_uv U and Vh are empty. */
+static tpu_status_t build_svd(tpu_build_t* b) {
+  const tpu_view_t* A;
+  bool full, uv;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 1, false, &full));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 2, true, &uv));
+  TPU_RETURN_IF_ERROR(at_least_2d(b, A, "linalg.svd", "A"));
+  if (!tpu_dtype_is_floating(A->dtype) && !tpu_dtype_is_complex(A->dtype))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "linalg.svd: Expected a floating point or complex tensor as input. Got %s",
+                    tpu__dtype_c10_name(A->dtype));
+  if (!tpu__arg_is_none(b, 3))
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA "
+                    "inputs with cuSOLVER backend.");
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64)
+    return tpu__err_not_implemented_for(b, "linalg_svd_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_SVD));
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], k = m < n ? m : n;
+  b->node->ia[0] = full;
+  b->node->ia[1] = uv;
+  if (uv) out_batch(b->node, A->dtype, A, 2, 2, m, full ? m : k);
+  else out_empty(b->node, A->dtype);
+  out_batch(b->node, A->dtype, A, 2, 1, k, 0);
+  if (uv) out_batch(b->node, A->dtype, A, 2, 2, full ? n : k, n);
+  else out_empty(b->node, A->dtype);
+  return tpu__out_dtypes_exact(b);
+}
+
 const tpu_aten_entry_t tpu__aten_lapack[] = {
     {"linalg_cholesky_ex", build_cholesky_ex, NULL}, {"linalg_cholesky_ex.L", build_cholesky_ex, NULL},
     {"linalg_lu_factor_ex", build_lu_factor_ex, NULL}, {"linalg_lu_factor_ex.out", build_lu_factor_ex, NULL},
@@ -380,5 +458,8 @@ const tpu_aten_entry_t tpu__aten_lapack[] = {
     {"_linalg_slogdet", build_det, &slogdet_tag}, {"_linalg_slogdet.sign", build_det, &slogdet_tag},
     {"linalg_lu", build_linalg_lu, NULL}, {"linalg_lu.out", build_linalg_lu, NULL},
     {"lu_unpack", build_lu_unpack, NULL}, {"lu_unpack.out", build_lu_unpack, NULL},
+    {"linalg_qr", build_qr, NULL}, {"linalg_qr.out", build_qr, NULL},
+    {"_linalg_eigh", build_eigh, NULL}, {"_linalg_eigh.eigenvalues", build_eigh, NULL},
+    {"_linalg_svd", build_svd, NULL}, {"_linalg_svd.U", build_svd, NULL},
     {NULL, NULL, NULL},
 };

@@ -26,7 +26,14 @@
  *            batch [*, n, r] (left) or [*, r, n]; ia[0] left, ia[1] adjoint.
  *            out[0] X [*, ...]; *a broadcasts to * (matrix i of X uses LU's matching one).
  *  SOLVE     in[0] A [*a, n, n], in[1] B as LU_SOLVE's; ia[0] left, ia[1] B is a vector
- *            (X and B then lack the last dim). out X, LU [*a, n, n], pivots, info [*a]. */
+ *            (X and B then lack the last dim). out X, LU [*a, n, n], pivots, info [*a].
+ *  QR        in[0] A [*, m, n]; ia[0] Q's columns (k = min(m, n) reduced, m complete; 0:
+ *            mode 'r', Q empty); out Q [*, m, ia[0]], R [*, rows, n] (rows = ia[0] or k).
+ *  EIGH      in[0] A [*, n, n]; ia[0] upper (UPLO='U'), ia[1] compute_v. out eigenvalues
+ *            [*, n] ascending, eigenvectors [*, n, n] as columns (empty without compute_v).
+ *  SVD       in[0] A [*, m, n]; ia[0] full_matrices, ia[1] compute_uv (gesdd, as CPU).
+ *            out U [*, m, m or k], S [*, k], Vh [*, n or k, n] (U, Vh empty without
+ *            compute_uv). A convergence failure is the node's error, with ATen's message. */
 #include <lapacke.h>
 #include <math.h>
 #include <string.h>
@@ -481,10 +488,210 @@ done:
   return st;
 }
 
+/* ---- QR, symmetric eigendecomposition, SVD ------------------------------------------- */
+
+static lapack_int x_geqrf(tpu_dtype_t cd, lapack_int m, lapack_int n, void* a, void* tau, void* w, lapack_int lw) {
+  lapack_int ld = m ? m : 1;
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_sgeqrf_work(LAPACK_COL_MAJOR, m, n, a, ld, tau, w, lw)
+                             : scipy_LAPACKE_dgeqrf_work(LAPACK_COL_MAJOR, m, n, a, ld, tau, w, lw);
+}
+static lapack_int x_orgqr(tpu_dtype_t cd, lapack_int m, lapack_int n, lapack_int k, void* a, const void* tau,
+                          void* w, lapack_int lw) {
+  lapack_int ld = m ? m : 1;
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, m, n, k, a, ld, tau, w, lw)
+                             : scipy_LAPACKE_dorgqr_work(LAPACK_COL_MAJOR, m, n, k, a, ld, tau, w, lw);
+}
+static lapack_int x_syevd(tpu_dtype_t cd, char jobz, char uplo, lapack_int n, void* a, void* w, void* work,
+                          lapack_int lw, lapack_int* iw, lapack_int liw) {
+  lapack_int ld = n ? n : 1;
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, jobz, uplo, n, a, ld, w, work, lw, iw, liw)
+                             : scipy_LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, jobz, uplo, n, a, ld, w, work, lw, iw, liw);
+}
+static lapack_int x_gesdd(tpu_dtype_t cd, char jobz, lapack_int m, lapack_int n, void* a, void* s, void* u,
+                          lapack_int ldu, void* vt, lapack_int ldvt, void* work, lapack_int lw, lapack_int* iw) {
+  lapack_int ld = m ? m : 1;
+  return cd == TPU_DTYPE_F32
+             ? scipy_LAPACKE_sgesdd_work(LAPACK_COL_MAJOR, jobz, m, n, a, ld, s, u, ldu, vt, ldvt, work, lw, iw)
+             : scipy_LAPACKE_dgesdd_work(LAPACK_COL_MAJOR, jobz, m, n, a, ld, s, u, ldu, vt, ldvt, work, lw, iw);
+}
+
+typedef struct dec_s {
+  tpu_node_t* nd;
+  tpu_dtype_t cd;
+  int64_t m, n, k;
+  char* a;               /* inputs, column-major; destroyed */
+  char* r0;              /* QR: Q; EIGH: eigenvalues; SVD: U (column-major) */
+  char* r1;              /* QR: R (column-major); EIGH: -; SVD: S */
+  char* r2;              /* SVD: Vh (column-major) */
+  int64_t qc, rr;        /* QR: Q's columns, R's rows; SVD: U's columns, Vh's rows */
+  bool flag0, flag1;     /* EIGH: upper, compute_v; SVD: full, compute_uv */
+} dec_t;
+
+static tpu_status_t qr_run(void* ctx, int64_t b, int64_t e, int tid) {
+  dec_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t m = c->m, n = c->n, k = c->k, qc = c->qc, rr = c->rr;
+  int64_t lw = 64 * ((m > n ? m : n) + 1);
+  char* w = scratch(lw + k + 1, es);
+  if (!w) return TPU_HOST_NOMEM();
+  char* tau = w + (size_t)lw * es;
+  for (int64_t i = b; i < e; ++i) {
+    char* a = c->a + (size_t)(i * m * n) * es;
+    x_geqrf(c->cd, (lapack_int)m, (lapack_int)n, a, tau, w, (lapack_int)lw);
+    char* R = c->r1 + (size_t)(i * rr * n) * es;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t r = 0; r < rr; ++r) st_el(R, c->cd, j * rr + r, r <= j && r < m ? ld_el(a, c->cd, j * m + r) : 0.0);
+    if (qc > 0) {
+      char* Q = c->r0 + (size_t)(i * m * qc) * es;
+      int64_t cols = qc < n ? qc : n;
+      memcpy(Q, a, (size_t)(m * cols) * es);
+      memset(Q + (size_t)(m * cols) * es, 0, (size_t)(m * (qc - cols)) * es);
+      if (m > 0) x_orgqr(c->cd, (lapack_int)m, (lapack_int)qc, (lapack_int)k, Q, tau, w, (lapack_int)lw);
+    }
+  }
+  tpu__free(w);
+  return NULL;
+}
+
+static tpu_status_t eigh_run(void* ctx, int64_t b, int64_t e, int tid) {
+  dec_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t n = c->n;
+  char jobz = c->flag1 ? 'V' : 'N';
+  double q = 0;
+  lapack_int liw = 0;
+  char qb[16];
+  x_syevd(c->cd, jobz, c->flag0 ? 'U' : 'L', (lapack_int)n, c->a, qb, qb, -1, &liw, -1);
+  q = ld_el(qb, c->cd, 0);
+  int64_t lw = (int64_t)q + 1;
+  char* w = scratch(lw, es);
+  lapack_int* iw = tpu__malloc(sizeof(lapack_int) * (size_t)(liw + 1));
+  tpu_status_t st = NULL;
+  if (!w || !iw) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t i = b; i < e && !st; ++i) {
+    char* a = c->a + (size_t)(i * n * n) * es;
+    lapack_int info = x_syevd(c->cd, jobz, c->flag0 ? 'U' : 'L', (lapack_int)n, a, c->r0 + (size_t)(i * n) * es, w,
+                              (lapack_int)lw, iw, liw);
+    if (info > 0)
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.eigh: The algorithm failed to converge because the input "
+                           "matrix is ill-conditioned or has too many repeated eigenvalues (error code: %d).",
+                           (int)info);
+  }
+done:
+  tpu__free(w);
+  tpu__free(iw);
+  return st;
+}
+
+static tpu_status_t svd_run(void* ctx, int64_t b, int64_t e, int tid) {
+  dec_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t m = c->m, n = c->n, k = c->k;
+  char jobz = !c->flag1 ? 'N' : c->flag0 ? 'A' : 'S';
+  lapack_int ldu = (lapack_int)(m ? m : 1), ldvt = (lapack_int)(c->rr ? c->rr : 1);
+  char qb[16];
+  lapack_int* iw = tpu__malloc(sizeof(lapack_int) * (size_t)(8 * k + 1));
+  if (!iw) return TPU_HOST_NOMEM();
+  char dummy[16];
+  x_gesdd(c->cd, jobz, (lapack_int)m, (lapack_int)n, c->a, dummy, dummy, ldu, dummy, ldvt, qb, -1, iw);
+  int64_t lw = (int64_t)ld_el(qb, c->cd, 0) + 1;
+  char* w = scratch(lw, es);
+  tpu_status_t st = NULL;
+  if (!w) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t i = b; i < e && !st; ++i) {
+    char* a = c->a + (size_t)(i * m * n) * es;
+    char* u = c->flag1 ? c->r0 + (size_t)(i * m * c->qc) * es : dummy;
+    char* vt = c->flag1 ? c->r2 + (size_t)(i * c->rr * n) * es : dummy;
+    lapack_int info = x_gesdd(c->cd, jobz, (lapack_int)m, (lapack_int)n, a, c->r1 + (size_t)(i * k) * es, u, ldu, vt,
+                              ldvt, w, (lapack_int)lw, iw);
+    if (info > 0)
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.svd: The algorithm failed to converge because the input "
+                           "matrix is ill-conditioned or has too many repeated singular values (error code: %d).",
+                           (int)info);
+  }
+done:
+  tpu__free(w);
+  tpu__free(iw);
+  return st;
+}
+
+/* Sets each matrix of a column-major [mats, r, c] buffer to the identity's first columns. */
+static void identity(char* p, tpu_dtype_t cd, int64_t mats, int64_t r, int64_t c) {
+  size_t es = tpu_dtype_size(cd);
+  memset(p, 0, (size_t)(mats * r * c) * es);
+  for (int64_t i = 0; i < mats; ++i)
+    for (int64_t j = 0; j < r && j < c; ++j) st_el(p, cd, i * r * c + j * r + j, 1.0);
+}
+
+static tpu_status_t decomp_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* A = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  size_t es = tpu_dtype_size(cd);
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
+  int64_t mats = 1;
+  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  if (!fits_lapack(m) || !fits_lapack(n) || m * n > INT32_MAX / 8)
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  dec_t c = {nd, cd, m, n, m < n ? m : n, pack_mats(A, cd, true)};
+  tpu_parallel_fn fn;
+  if (nd->kind == TPU_KIND_QR) {
+    c.qc = nd->ia[0];
+    c.rr = c.qc ? (c.qc > c.k ? m : c.k) : c.k;
+    c.r0 = scratch(mats * m * c.qc, es);
+    c.r1 = scratch(mats * c.rr * n, es);
+    fn = qr_run;
+  } else if (nd->kind == TPU_KIND_EIGH) {
+    c.flag0 = nd->ia[0] != 0;
+    c.flag1 = nd->ia[1] != 0;
+    c.r0 = scratch(mats * n, es);
+    c.r1 = scratch(1, es);
+    fn = eigh_run;
+  } else {
+    c.flag0 = nd->ia[0] != 0;
+    c.flag1 = nd->ia[1] != 0;
+    c.qc = c.flag0 ? m : c.k;
+    c.rr = c.flag0 ? n : c.k;
+    c.r0 = scratch(c.flag1 ? mats * m * c.qc : 1, es);
+    c.r1 = scratch(mats * c.k, es);
+    c.r2 = scratch(c.flag1 ? mats * c.rr * n : 1, es);
+    fn = svd_run;
+  }
+  tpu_status_t st = NULL;
+  if (!c.a || !c.r0 || !c.r1 || (nd->kind == TPU_KIND_SVD && !c.r2)) { st = TPU_HOST_NOMEM(); goto done; }
+  if (nd->kind == TPU_KIND_SVD && c.k == 0 && c.flag1) {
+    /* gesdd returns at once for an empty matrix; the full factors are identities */
+    identity(c.r0, cd, mats, m, c.qc);
+    identity(c.r2, cd, mats, c.rr, n);
+  }
+  tpu__blas_prepare();
+  if (c.k > 0 || nd->kind == TPU_KIND_QR) st = tpu__parallel_for(mats, grain(m, n), fn, &c);
+  if (st) goto done;
+  if (nd->kind == TPU_KIND_QR) {
+    if (present(nd, 0)) unpack_mats(&nd->out[0], c.r0, cd, true);
+    if (present(nd, 1)) unpack_mats(&nd->out[1], c.r1, cd, true);
+  } else if (nd->kind == TPU_KIND_EIGH) {
+    if (present(nd, 0)) tpu__unpack(&nd->out[0], c.r0, cd);
+    if (c.flag1 && present(nd, 1)) unpack_mats(&nd->out[1], c.a, cd, true);
+  } else {
+    if (c.flag1 && present(nd, 0)) unpack_mats(&nd->out[0], c.r0, cd, true);
+    if (present(nd, 1)) tpu__unpack(&nd->out[1], c.r1, cd);
+    if (c.flag1 && present(nd, 2)) unpack_mats(&nd->out[2], c.r2, cd, true);
+  }
+done:
+  tpu__free(c.a);
+  tpu__free(c.r0);
+  tpu__free(c.r1);
+  tpu__free(c.r2);
+  return st;
+}
+
 void tpu__host_register_lapack(tpu_host_kernel_fn* table) {
   table[TPU_KIND_CHOLESKY] = cholesky_kernel;
   table[TPU_KIND_GETRF] = getrf_kernel;
   table[TPU_KIND_LU_UNPACK] = lu_unpack_kernel;
   table[TPU_KIND_LU_SOLVE] = lu_solve_kernel;
   table[TPU_KIND_SOLVE] = solve_kernel;
+  table[TPU_KIND_QR] = decomp_kernel;
+  table[TPU_KIND_EIGH] = decomp_kernel;
+  table[TPU_KIND_SVD] = decomp_kernel;
 }
