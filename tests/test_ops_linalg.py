@@ -727,3 +727,123 @@ def test_lapack_grads(dtype, gen):
         close(got, want)
         for x, y in zip(gt, gw):
             close(x, y, scale=10)
+
+
+def gauge(vectors, *others, dim=-2):
+    """Eigen/singular vectors are unique up to each one's sign, which CPU's LAPACK (MKL)
+    and ours may pick differently: flips each vector (a column; dim=-1: a row) so that
+    its largest-magnitude entry is positive, and the matching rows of `others` with it."""
+    if vectors.numel() == 0:
+        return (vectors,) + others
+    idx = vectors.abs().argmax(dim=dim, keepdim=True)
+    s = torch.sign(vectors.gather(dim, idx))
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return (vectors * s,) + tuple(o * s.mT for o in others)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (2, 2, 4, 1), (0, 3, 3), (3, 0), (0, 2)])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr(dtype, shape, mode, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("linalg_qr"):
+        close_all(torch.linalg.qr(tpu(a), mode=mode), torch.linalg.qr(a, mode=mode))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 2, 3, 3), (1, 1), (0, 3, 3)])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(dtype, shape, uplo, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)  # not symmetric: only `uplo` is read
+    with native_ops("_linalg_eigh"):
+        w, v = torch.linalg.eigh(tpu(a), UPLO=uplo)
+        wc, vc = torch.linalg.eigh(a, UPLO=uplo)
+        close(w, wc, scale=10)
+        close(gauge(v.cpu())[0].to(DEV), gauge(vc)[0], scale=10)
+        close(torch.linalg.eigvalsh(tpu(a), UPLO=uplo), wc, scale=10)
+        w2, v2 = aten._linalg_eigh(tpu(a), uplo, False)
+        close(w2, wc, scale=10)
+        assert v2.shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (2, 2, 4, 1), (0, 3, 3), (3, 0), (0, 2)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(dtype, shape, full, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("_linalg_svd"):
+        U, S, Vh = torch.linalg.svd(tpu(a), full_matrices=full)
+        Uc, Sc, Vhc = torch.linalg.svd(a, full_matrices=full)
+        close(S, Sc, scale=10)
+        k = S.shape[-1]
+        # the first k singular vectors pair up; a full basis' other vectors are any
+        # orthonormal completion, so those are checked for orthonormality only
+        u, vh = gauge(U.cpu()[..., :k], Vh.cpu()[..., :k, :])
+        uc, vhc = gauge(Uc[..., :k], Vhc[..., :k, :])
+        close(u.to(DEV), uc, scale=10)
+        close(vh.to(DEV), vhc, scale=10)
+        if k == 0:  # an empty matrix's full factors are identities
+            close(U, Uc)
+            close(Vh, Vhc)
+        eye = lambda n: torch.eye(n, dtype=dtype).expand(U.shape[:-2] + (n, n))  # noqa: E731
+        torch.testing.assert_close((U.mT @ U).cpu(), eye(U.shape[-1]), atol=1e-5, rtol=0)
+        torch.testing.assert_close((Vh @ Vh.mT).cpu(), eye(Vh.shape[-2]), atol=1e-5, rtol=0)
+        close(torch.linalg.svdvals(tpu(a)), torch.linalg.svdvals(a), scale=10)
+        U2, S2, V2 = aten._linalg_svd(tpu(a), full, False)
+        assert U2.shape == (0,) and V2.shape == (0,)
+        close(S2, Sc, scale=10)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_svd_users(dtype, gen):
+    """matrix_norm ord=2/nuc, cond, pinv and matrix_rank run on the native SVD/eigh."""
+    a = torch.randn(3, 5, 4, generator=gen, dtype=dtype)
+    s = a.mT @ a
+    with native_ops("_linalg_svd", "_linalg_eigh"):
+        for ordv in (2, -2, "nuc"):
+            close(torch.linalg.matrix_norm(tpu(a), ord=ordv), torch.linalg.matrix_norm(a, ord=ordv), scale=10)
+        close(torch.linalg.pinv(tpu(a)), torch.linalg.pinv(a), scale=100)
+        close(torch.linalg.pinv(tpu(s), hermitian=True), torch.linalg.pinv(s, hermitian=True), scale=100)
+        close(torch.linalg.matrix_rank(tpu(a)), torch.linalg.matrix_rank(a))
+
+
+def test_decomposition_errors():
+    o = torch.ones
+    same_raise(torch.linalg.qr, o(3))
+    same_raise(torch.linalg.qr, o(3, 3, dtype=torch.int64))
+    same_raise(lambda a: torch.linalg.qr(a, mode="x"), o(3, 3))
+    same_raise(aten._linalg_eigh, o(3, 4))
+    same_raise(aten._linalg_eigh, o(3))
+    same_raise(lambda a: aten._linalg_eigh(a, "X"), o(3, 3))
+    same_raise(aten._linalg_eigh, o(3, 3, dtype=torch.int64))  # the CPU fallback's own error
+    same_raise(aten._linalg_svd, o(3))
+    same_raise(aten._linalg_svd, o(3, 3, dtype=torch.int64))
+    same_raise(lambda a: aten._linalg_svd(a, driver="gesvd"), o(3, 3))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_decomposition_grads(dtype, gen):
+    """Gradients of gauge-invariant functions of QR, eigh and SVD vs CPU."""
+    a = torch.randn(2, 5, 3, generator=gen, dtype=dtype)
+    w = torch.randn(2, 3, 5, generator=gen, dtype=dtype)
+    sq = torch.randn(2, 4, 4, generator=gen, dtype=dtype)
+    cases = [
+        (lambda x: torch.cat([t.flatten(1) for t in torch.linalg.qr(x)], 1), (a,)),
+        (lambda x: torch.cat([t.flatten(1) for t in torch.linalg.qr(x)], 1), (w[:, :, :3],)),
+        (lambda x: torch.linalg.eigvalsh(x), (sq,)),
+        (lambda x: (lambda wv: wv[1] @ torch.diag_embed(wv[0].exp()) @ wv[1].mT)(torch.linalg.eigh(x)), (sq,)),
+        (lambda x: torch.linalg.svdvals(x), (a,)),
+        (lambda x: torch.linalg.svdvals(x), (w,)),
+        (lambda x: (lambda usv: usv[0] @ torch.diag_embed(usv[1] ** 2) @ usv[2])(torch.linalg.svd(x, False)), (a,)),
+        (lambda x: (lambda usv: usv[0] @ torch.diag_embed(usv[1] ** 2) @ usv[2])(torch.linalg.svd(x, False)), (w,)),
+        (lambda x: torch.linalg.matrix_norm(x, ord="nuc"), (a,)),
+        (lambda x: torch.linalg.pinv(x), (a,)),
+    ]
+    for fn, args in cases:
+        cpu_in = [t.clone().requires_grad_() for t in args]
+        tpu_in = [tpu(t).requires_grad_() for t in args]
+        want, gw = grads(fn, cpu_in)
+        got, gt = grads(fn, tpu_in)
+        close(got, want, scale=10)
+        for x, y in zip(gt, gw):
+            close(x, y, scale=100)
