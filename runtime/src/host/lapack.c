@@ -352,8 +352,8 @@ static tpu_status_t lu_unpack_kernel(tpu_node_t* nd) {
   int64_t mats = 1;
   for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
   lu_t c = {cd, LU_PLU, m, n, m < n ? m : n, pack_mats(A, cd, true)};
-  c.piv = tpu__pack_alloc(&nd->in[1], TPU_DTYPE_I64);
-  if (!c.piv) c.piv = scratch(1, sizeof(int64_t));
+  c.piv = scratch(tpu__operand_numel(&nd->in[1]), sizeof(int64_t));
+  if (c.piv) tpu__pack(&nd->in[1], NULL, TPU_DTYPE_I64, c.piv);
   bool data = nd->ia[0] != 0, pivots = nd->ia[1] != 0;
   if (pivots) c.r0 = scratch(mats * m * m, es);
   if (data) {
