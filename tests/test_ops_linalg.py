@@ -847,3 +847,47 @@ def test_decomposition_grads(dtype, gen):
         close(got, want, scale=10)
         for x, y in zip(gt, gw):
             close(x, y, scale=100)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("bshape,ashape", [((4, 2), (4, 4)), ((3, 4, 1), (3, 4, 4)), ((2, 1, 3, 5), (4, 3, 3)),
+                                           ((0, 3, 2), (0, 3, 3))])
+def test_cholesky_solve_and_inverse(dtype, upper, bshape, ashape, gen):
+    f = torch.linalg.cholesky(spd(ashape, dtype, gen), upper=upper)
+    b = torch.randn(bshape, generator=gen, dtype=dtype)
+    with native_ops("_cholesky_solve_helper", "cholesky_inverse"):
+        close(torch.cholesky_solve(tpu(b), tpu(f), upper=upper), torch.cholesky_solve(b, f, upper=upper))
+        close(torch.cholesky_inverse(tpu(f), upper=upper), torch.cholesky_inverse(f, upper=upper))
+        out = torch.empty(0, dtype=dtype, device=DEV)
+        torch.cholesky_inverse(tpu(f), upper=upper, out=out)
+        close(out, torch.cholesky_inverse(f, upper=upper))
+    fr, br = f.clone().requires_grad_(), b.clone().requires_grad_()
+    ft, bt = tpu(f).requires_grad_(), tpu(b).requires_grad_()
+    want, gw = grads(lambda x, y: torch.cholesky_solve(x, y, upper=upper), (br, fr))
+    got, gt = grads(lambda x, y: torch.cholesky_solve(x, y, upper=upper), (bt, ft))
+    close(got, want)
+    for x, y in zip(gt, gw):
+        close(x, y, scale=10)
+
+
+def test_cholesky_solve_inverse_errors():
+    o = torch.ones
+    same_raise(torch.cholesky_inverse, o(3))
+    same_raise(torch.cholesky_inverse, o(3, 4))
+    same_raise(torch.cholesky_inverse, o(3, 3, dtype=torch.int64))  # the CPU fallback's own error
+    same_raise(torch.cholesky_solve, o(3, 2), o(3, 3, dtype=torch.float64))
+    same_raise(torch.cholesky_solve, o(3), o(3, 3))
+    same_raise(torch.cholesky_solve, o(4, 2), o(3, 3))
+    same_raise(torch.cholesky_solve, o(2, 3, 2), o(3, 3, 3))
+    # a zero on the factor's diagonal: CPU raises LinAlgError from inside the op; the tpu
+    # kernel's error is a RuntimeError with the same message at the next synchronization
+    z = torch.eye(3).expand(2, 3, 3).clone()
+    z[1, 1, 1] = 0
+    for a in (z, z[1]):
+        with pytest.raises(torch.linalg.LinAlgError) as cpu_err:
+            torch.cholesky_inverse(a)
+        with pytest.raises(RuntimeError) as tpu_err:
+            torch.cholesky_inverse(tpu(a))
+            torch.tpu.synchronize()
+        assert str(cpu_err.value) in str(tpu_err.value), (str(cpu_err.value), str(tpu_err.value))

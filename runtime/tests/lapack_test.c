@@ -1,4 +1,4 @@
-/* lapack family: Cholesky, LU and what is built on it, QR, eigh and SVD on small matrices
+/* lapack family: Cholesky (and solves and inverses from its factor), LU and what is built on it, QR, eigh and SVD on small matrices
  * with hand-computed results; argument errors and kernel errors check class and text. */
 #include <string.h>
 
@@ -136,6 +136,20 @@ static void test_cholesky(void) {
   tpu_arg_t ns[1] = {a_t(t_make(TPU_DTYPE_F32, 2, s23, bad))};
   expect_err(run("linalg_cholesky_ex", ns, 1, o), TPU_INVALID_ARGUMENT,
              "linalg.cholesky: A must be batches of square matrices, but they are 2 by 3 matrices");
+  /* from the factor L = [[2, 0], [1, 1]] of [[4, 2], [2, 2]]: its inverse, and a solve */
+  const double f[4] = {2, 0, 1, 1}, finv[4] = {0.5, -0.5, -0.5, 1}, rhs[2] = {6, 4}, x[2] = {1, 1};
+  tpu_arg_t ci[2] = {a_t(t_make(TPU_DTYPE_F64, 2, S22, f)), a_bool(false)};
+  CHECK_OK(run("cholesky_inverse", ci, 2, o));
+  expect(&o[0], finv, 1e-12);
+  const int64_t s21[2] = {2, 1};
+  tpu_arg_t cs[3] = {a_t(t_make(TPU_DTYPE_F64, 2, s21, rhs)), a_t(t_make(TPU_DTYPE_F64, 2, S22, f)), a_bool(false)};
+  CHECK_OK(run("_cholesky_solve_helper", cs, 3, o));
+  expect(&o[0], x, 1e-12);
+  const double sing[4] = {1, 0, 0, 0};
+  tpu_arg_t cz[2] = {a_t(t_make(TPU_DTYPE_F64, 2, S22, sing)), a_bool(false)};
+  CHECK_OK(run("cholesky_inverse", cz, 2, o));
+  expect_err(tpu_device_synchronize(0), TPU_INVALID_ARGUMENT,
+             "cholesky_inverse: The diagonal element 2 is zero, the inversion could not be completed");
   tpu_arg_t hf[1] = {a_t(t_make(TPU_DTYPE_F16, 2, S22, a))};
   expect_err(run("linalg_cholesky_ex", hf, 1, o), TPU_UNIMPLEMENTED, "not implemented for 'Half'");
   tpu_arg_t ce[3] = {a_t(t_make(TPU_DTYPE_F32, 2, S22, a)), a_bool(false), a_bool(true)};

@@ -370,6 +370,42 @@ static tpu_status_t build_solve_ex(tpu_build_t* b) {
   return tpu__out_dtypes_exact(b);
 }
 
+/* _cholesky_solve_helper(Tensor self, Tensor A, bool upper) -> Tensor: ATen's
+ * cholesky_solve (CompositeExplicitAutograd) has checked and broadcast both already. */
+static tpu_status_t build_cholesky_solve(tpu_build_t* b) {
+  const tpu_view_t *B, *L;
+  bool upper;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &B));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &L));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 2, &upper));
+  TPU_RETURN_IF_ERROR(square(b, L, "cholesky_solve"));
+  bool same = B->ndim == L->ndim && B->dtype == L->dtype && B->sizes[B->ndim - 2] == L->sizes[L->ndim - 1];
+  for (int d = 0; same && d < L->ndim - 2; ++d) same = B->sizes[d] == L->sizes[d];
+  if (!same) return tpu__err(b, TPU_INVALID_ARGUMENT, "expects b and A broadcast to one batch shape and dtype");
+  if (L->dtype != TPU_DTYPE_F32 && L->dtype != TPU_DTYPE_F64)
+    return tpu__err_not_implemented_for(b, "cholesky_solve_cpu", L->dtype);
+  TPU_RETURN_IF_ERROR(input(b, B, TPU_KIND_CHOLESKY_SOLVE));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, L));
+  b->node->ia[0] = upper;
+  out_batch(b->node, B->dtype, B, 0, 0, 0, 0);
+  return NULL;
+}
+
+/* cholesky_inverse(Tensor self, bool upper=False) -> Tensor */
+static tpu_status_t build_cholesky_inverse(tpu_build_t* b) {
+  const tpu_view_t* L;
+  bool upper;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &L));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 1, false, &upper));
+  TPU_RETURN_IF_ERROR(square(b, L, "cholesky_inverse"));
+  if (L->dtype != TPU_DTYPE_F32 && L->dtype != TPU_DTYPE_F64)
+    return tpu__err_not_implemented_for(b, "cholesky_inverse_out_cpu", L->dtype);
+  TPU_RETURN_IF_ERROR(input(b, L, TPU_KIND_CHOLESKY_INVERSE));
+  b->node->ia[0] = upper;
+  out_batch(b->node, L->dtype, L, 0, 0, 0, 0);
+  return tpu__out_dtypes_exact(b);
+}
+
 /* linalg_qr(Tensor A, str mode='reduced') -> (Q, R); mode 'r' returns an empty Q. */
 static tpu_status_t build_qr(tpu_build_t* b) {
   const tpu_view_t* A;
@@ -458,6 +494,8 @@ const tpu_aten_entry_t tpu__aten_lapack[] = {
     {"_linalg_slogdet", build_det, &slogdet_tag}, {"_linalg_slogdet.sign", build_det, &slogdet_tag},
     {"linalg_lu", build_linalg_lu, NULL}, {"linalg_lu.out", build_linalg_lu, NULL},
     {"lu_unpack", build_lu_unpack, NULL}, {"lu_unpack.out", build_lu_unpack, NULL},
+    {"_cholesky_solve_helper", build_cholesky_solve, NULL},
+    {"cholesky_inverse", build_cholesky_inverse, NULL}, {"cholesky_inverse.out", build_cholesky_inverse, NULL},
     {"linalg_qr", build_qr, NULL}, {"linalg_qr.out", build_qr, NULL},
     {"_linalg_eigh", build_eigh, NULL}, {"_linalg_eigh.eigenvalues", build_eigh, NULL},
     {"_linalg_svd", build_svd, NULL}, {"_linalg_svd.U", build_svd, NULL},

@@ -27,6 +27,11 @@
  *            out[0] X [*, ...]; *a broadcasts to * (matrix i of X uses LU's matching one).
  *  SOLVE     in[0] A [*a, n, n], in[1] B as LU_SOLVE's; ia[0] left, ia[1] B is a vector
  *            (X and B then lack the last dim). out X, LU [*a, n, n], pivots, info [*a].
+ *  CHOLESKY_SOLVE  in[0] B [*, n, r], in[1] the factor [*, n, n] (same batch: ATen's
+ *            cholesky_solve broadcasts first); ia[0] upper. out X [*, n, r].
+ *  CHOLESKY_INVERSE in[0] the factor [*, n, n]; ia[0] upper. out the inverse of L L^T
+ *            (U^T U), both triangles; a zero on the factor's diagonal is the node's error,
+ *            with ATen's message.
  *  QR        in[0] A [*, m, n]; ia[0] Q's columns (k = min(m, n) reduced, m complete; 0:
  *            mode 'r', Q empty); out Q [*, m, ia[0]], R [*, rows, n] (rows = ia[0] or k).
  *  EIGH      in[0] A [*, n, n]; ia[0] upper (UPLO='U'), ia[1] compute_v. out eigenvalues
@@ -36,6 +41,7 @@
  *            compute_uv). A convergence failure is the node's error, with ATen's message. */
 #include <lapacke.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "host/host.h"
@@ -488,6 +494,92 @@ done:
   return st;
 }
 
+/* ---- solves and inverses from a Cholesky factor -------------------------------------- */
+
+static lapack_int x_potrs(tpu_dtype_t cd, char uplo, lapack_int n, lapack_int r, const void* a, void* b) {
+  lapack_int ld = n ? n : 1;
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_spotrs_work(LAPACK_COL_MAJOR, uplo, n, r, a, ld, b, ld)
+                             : scipy_LAPACKE_dpotrs_work(LAPACK_COL_MAJOR, uplo, n, r, a, ld, b, ld);
+}
+static lapack_int x_potri(tpu_dtype_t cd, char uplo, lapack_int n, void* a) {
+  return cd == TPU_DTYPE_F32 ? scipy_LAPACKE_spotri_work(LAPACK_COL_MAJOR, uplo, n, a, n ? n : 1)
+                             : scipy_LAPACKE_dpotri_work(LAPACK_COL_MAJOR, uplo, n, a, n ? n : 1);
+}
+
+typedef struct pot_s {
+  tpu_dtype_t cd;
+  int64_t n, r, mats;
+  char* a;    /* factors, column-major */
+  char* b;    /* right-hand sides (solve), column-major */
+  bool upper, batched;
+} pot_t;
+
+static tpu_status_t potrs_run(void* ctx, int64_t b, int64_t e, int tid) {
+  pot_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t n = c->n, r = c->r;
+  for (int64_t i = b; i < e; ++i)
+    x_potrs(c->cd, c->upper ? 'U' : 'L', (lapack_int)n, (lapack_int)r, c->a + (size_t)(i * n * n) * es,
+            c->b + (size_t)(i * n * r) * es);
+  return NULL;
+}
+
+static tpu_status_t potri_run(void* ctx, int64_t b, int64_t e, int tid) {
+  pot_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t n = c->n;
+  for (int64_t i = b; i < e; ++i) {
+    char* p = c->a + (size_t)(i * n * n) * es;
+    lapack_int info = x_potri(c->cd, c->upper ? 'U' : 'L', (lapack_int)n, p);
+    if (info > 0) {
+      char where[64] = "";
+      if (c->batched) snprintf(where, sizeof where, "(Batch element %lld): ", (long long)i);
+      return tpu_status_make(TPU_INVALID_ARGUMENT, "cholesky_inverse: %sThe diagonal element %d is zero, the "
+                             "inversion could not be completed because the input matrix is singular.", where, (int)info);
+    }
+    for (int64_t j = 0; j < n; ++j) /* mirror the computed triangle */
+      for (int64_t k = j + 1; k < n; ++k) {
+        if (c->upper) st_el(p, c->cd, j * n + k, ld_el(p, c->cd, k * n + j));
+        else st_el(p, c->cd, k * n + j, ld_el(p, c->cd, j * n + k));
+      }
+  }
+  return NULL;
+}
+
+static tpu_status_t cholesky_solve_kernel(tpu_node_t* nd) {
+  const tpu_operand_t *B = &nd->in[0], *L = &nd->in[1];
+  tpu_dtype_t cd = nd->compute;
+  int64_t n = L->sizes[L->ndim - 1], r = B->sizes[B->ndim - 1], mats = 1;
+  for (int d = 0; d < L->ndim - 2; ++d) mats *= L->sizes[d];
+  if (!fits_lapack(n) || !fits_lapack(r))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  pot_t c = {cd, n, r, mats, pack_mats(L, cd, true), pack_mats(B, cd, true), nd->ia[0] != 0};
+  tpu_status_t st = NULL;
+  if (!c.a || !c.b) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__blas_prepare();
+  if (n > 0 && r > 0) st = tpu__parallel_for(mats, grain(n, n + r), potrs_run, &c);
+  if (!st) unpack_mats(&nd->out[0], c.b, cd, true);
+done:
+  tpu__free(c.a);
+  tpu__free(c.b);
+  return st;
+}
+
+static tpu_status_t cholesky_inverse_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* L = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  int64_t n = L->sizes[L->ndim - 1], mats = 1;
+  for (int d = 0; d < L->ndim - 2; ++d) mats *= L->sizes[d];
+  if (!fits_lapack(n)) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  pot_t c = {cd, n, 0, mats, pack_mats(L, cd, true), NULL, nd->ia[0] != 0, L->ndim > 2};
+  if (!c.a) return TPU_HOST_NOMEM();
+  tpu__blas_prepare();
+  tpu_status_t st = n > 0 ? tpu__parallel_for(mats, grain(n, n), potri_run, &c) : NULL;
+  if (!st) unpack_mats(&nd->out[0], c.a, cd, true);
+  tpu__free(c.a);
+  return st;
+}
+
 /* ---- QR, symmetric eigendecomposition, SVD ------------------------------------------- */
 
 static lapack_int x_geqrf(tpu_dtype_t cd, lapack_int m, lapack_int n, void* a, void* tau, void* w, lapack_int lw) {
@@ -691,6 +783,8 @@ void tpu__host_register_lapack(tpu_host_kernel_fn* table) {
   table[TPU_KIND_LU_UNPACK] = lu_unpack_kernel;
   table[TPU_KIND_LU_SOLVE] = lu_solve_kernel;
   table[TPU_KIND_SOLVE] = solve_kernel;
+  table[TPU_KIND_CHOLESKY_SOLVE] = cholesky_solve_kernel;
+  table[TPU_KIND_CHOLESKY_INVERSE] = cholesky_inverse_kernel;
   table[TPU_KIND_QR] = decomp_kernel;
   table[TPU_KIND_EIGH] = decomp_kernel;
   table[TPU_KIND_SVD] = decomp_kernel;
