@@ -891,3 +891,36 @@ def test_cholesky_solve_inverse_errors():
             torch.cholesky_inverse(tpu(a))
             torch.tpu.synchronize()
         assert str(cpu_err.value) in str(tpu_err.value), (str(cpu_err.value), str(tpu_err.value))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (2, 2, 4, 1), (0, 3, 3), (3, 0)])
+def test_geqrf_householder_product(dtype, shape, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("geqrf", "linalg_householder_product"):
+        got, want = torch.geqrf(tpu(a)), torch.geqrf(a)
+        close_all(got, want)
+        if shape[-2] >= shape[-1]:
+            close(torch.linalg.householder_product(*got), torch.linalg.householder_product(*want))
+            t = want.tau[..., : max(shape[-1] - 1, 0)]  # fewer reflectors than columns
+            close(torch.linalg.householder_product(tpu(want.a), tpu(t)), torch.linalg.householder_product(want.a, t))
+    if shape[-2] >= shape[-1] and a.numel() > 0:
+        fn = torch.linalg.householder_product
+        ins = [t.clone().requires_grad_() for t in want]
+        wo, gw = grads(fn, ins)
+        go, gt = grads(fn, [tpu(t).requires_grad_() for t in want])
+        close(go, wo)
+        for x, y in zip(gt, gw):
+            close(x, y, scale=100)
+
+
+def test_geqrf_householder_errors():
+    o, hp = torch.ones, torch.linalg.householder_product
+    same_raise(torch.geqrf, o(3))
+    same_raise(torch.geqrf, o(3, 3, dtype=torch.int64))  # the CPU fallback's own error
+    same_raise(hp, o(5), o(2))
+    same_raise(hp, o(3, 5), o(2))
+    same_raise(hp, o(5, 3), o(4))
+    same_raise(hp, o(2, 5, 3), o(3, 2))
+    same_raise(hp, o(5, 3), o(2, dtype=torch.float64))
+    same_raise(hp, o(5, 3), o(1, 2))

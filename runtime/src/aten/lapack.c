@@ -431,6 +431,51 @@ static tpu_status_t build_qr(tpu_build_t* b) {
   return tpu__out_dtypes_exact(b);
 }
 
+/* geqrf(Tensor self) -> (Tensor a, Tensor tau) */
+static tpu_status_t build_geqrf(tpu_build_t* b) {
+  const tpu_view_t* A;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
+  if (A->ndim < 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.geqrf: input must have at least 2 dimensions.");
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "geqrf_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_GEQRF));
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
+  out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
+  out_batch(b->node, A->dtype, A, 2, 1, m < n ? m : n, 0);
+  return tpu__out_dtypes_exact(b);
+}
+
+/* linalg_householder_product(Tensor input, Tensor tau) -> Tensor */
+static tpu_status_t build_householder_product(tpu_build_t* b) {
+  const tpu_view_t *A, *tau;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &tau));
+  const char* api = "torch.linalg.householder_product";
+  if (A->ndim < 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: input must have at least 2 dimensions.", api);
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
+  if (m < n)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: input.shape[-2] must be greater than or equal to input.shape[-1]", api);
+  if (tau->ndim != A->ndim - 1)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected tau to have one dimension less than input, but got tau.ndim "
+                    "equal to %d and input.ndim is equal to %d", api, tau->ndim, A->ndim);
+  if (n < tau->sizes[tau->ndim - 1])
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: input.shape[-1] must be greater than or equal to tau.shape[-1]", api);
+  for (int d = 0; d < A->ndim - 2; ++d)
+    if (tau->sizes[d] != A->sizes[d]) {
+      char s[256];
+      tpu__fmt_shape(s, sizeof s, tau->ndim - 1, tau->sizes);
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected batch dimensions of tau to be equal to input.shape[:-2], "
+                      "but got %s", api, s);
+    }
+  if (tau->dtype != A->dtype)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: tau dtype %s does not match input dtype %s", api,
+                    tpu__dtype_c10_name(tau->dtype), tpu__dtype_c10_name(A->dtype));
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "orgqr_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_ORGQR));
+  TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, tau));
+  out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
+  return tpu__out_dtypes_exact(b);
+}
+
 /* _linalg_eigh(Tensor A, str UPLO="L", bool compute_v=True) -> (eigenvalues, eigenvectors) */
 static tpu_status_t build_eigh(tpu_build_t* b) {
   const tpu_view_t* A;
@@ -497,6 +542,9 @@ const tpu_aten_entry_t tpu__aten_lapack[] = {
     {"_cholesky_solve_helper", build_cholesky_solve, NULL},
     {"cholesky_inverse", build_cholesky_inverse, NULL}, {"cholesky_inverse.out", build_cholesky_inverse, NULL},
     {"linalg_qr", build_qr, NULL}, {"linalg_qr.out", build_qr, NULL},
+    {"geqrf", build_geqrf, NULL}, {"geqrf.a", build_geqrf, NULL},
+    {"linalg_householder_product", build_householder_product, NULL},
+    {"linalg_householder_product.out", build_householder_product, NULL},
     {"_linalg_eigh", build_eigh, NULL}, {"_linalg_eigh.eigenvalues", build_eigh, NULL},
     {"_linalg_svd", build_svd, NULL}, {"_linalg_svd.U", build_svd, NULL},
     {NULL, NULL, NULL},

@@ -34,6 +34,10 @@
  *            with ATen's message.
  *  QR        in[0] A [*, m, n]; ia[0] Q's columns (k = min(m, n) reduced, m complete; 0:
  *            mode 'r', Q empty); out Q [*, m, ia[0]], R [*, rows, n] (rows = ia[0] or k).
+ *  GEQRF     in[0] A [*, m, n]. out a [*, m, n] (R above the diagonal, the reflectors
+ *            below, as LAPACK leaves them), tau [*, k].
+ *  ORGQR     in[0] A [*, m, n] (m >= n), in[1] tau [*, t] (t <= n). out Q [*, m, n], the
+ *            first n columns of the product of the t reflectors (householder_product).
  *  EIGH      in[0] A [*, n, n]; ia[0] upper (UPLO='U'), ia[1] compute_v. out eigenvalues
  *            [*, n] ascending, eigenvectors [*, n, n] as columns (empty without compute_v).
  *  SVD       in[0] A [*, m, n]; ia[0] full_matrices, ia[1] compute_uv (gesdd, as CPU).
@@ -707,6 +711,54 @@ done:
   return st;
 }
 
+/* geqrf and householder_product: the Householder form itself. */
+typedef struct hh_s {
+  tpu_dtype_t cd;
+  int64_t m, n, t;
+  char *a, *tau;
+  bool orgqr;
+} hh_t;
+
+static tpu_status_t hh_run(void* ctx, int64_t b, int64_t e, int tid) {
+  hh_t* c = ctx;
+  size_t es = tpu_dtype_size(c->cd);
+  int64_t m = c->m, n = c->n, t = c->t, lw = 64 * (n + 1);
+  char* w = scratch(lw, es);
+  if (!w) return TPU_HOST_NOMEM();
+  for (int64_t i = b; i < e; ++i) {
+    char* a = c->a + (size_t)(i * m * n) * es;
+    char* tau = c->tau + (size_t)(i * t) * es;
+    if (c->orgqr) x_orgqr(c->cd, (lapack_int)m, (lapack_int)n, (lapack_int)t, a, tau, w, (lapack_int)lw);
+    else x_geqrf(c->cd, (lapack_int)m, (lapack_int)n, a, tau, w, (lapack_int)lw);
+  }
+  tpu__free(w);
+  return NULL;
+}
+
+static tpu_status_t householder_kernel(tpu_node_t* nd) {
+  const tpu_operand_t* A = &nd->in[0];
+  tpu_dtype_t cd = nd->compute;
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], mats = 1;
+  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  if (!fits_lapack(m) || !fits_lapack(n))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
+  bool org = nd->kind == TPU_KIND_ORGQR;
+  const tpu_operand_t* T = org ? &nd->in[1] : &nd->out[1];
+  hh_t c = {cd, m, n, T->sizes[T->ndim - 1], pack_mats(A, cd, true), NULL, org};
+  c.tau = org ? pack_mats(T, cd, false) : scratch(mats * c.t, tpu_dtype_size(cd));
+  tpu_status_t st = NULL;
+  if (!c.a || !c.tau) { st = TPU_HOST_NOMEM(); goto done; }
+  tpu__blas_prepare();
+  if (m > 0 && n > 0) st = tpu__parallel_for(mats, grain(m, n), hh_run, &c);
+  if (st) goto done;
+  unpack_mats(&nd->out[0], c.a, cd, true);
+  if (!org && present(nd, 1)) tpu__unpack(&nd->out[1], c.tau, cd);
+done:
+  tpu__free(c.a);
+  tpu__free(c.tau);
+  return st;
+}
+
 /* Sets each matrix of a column-major [mats, r, c] buffer to the identity's first columns. */
 static void identity(char* p, tpu_dtype_t cd, int64_t mats, int64_t r, int64_t c) {
   size_t es = tpu_dtype_size(cd);
@@ -786,6 +838,8 @@ void tpu__host_register_lapack(tpu_host_kernel_fn* table) {
   table[TPU_KIND_CHOLESKY_SOLVE] = cholesky_solve_kernel;
   table[TPU_KIND_CHOLESKY_INVERSE] = cholesky_inverse_kernel;
   table[TPU_KIND_QR] = decomp_kernel;
+  table[TPU_KIND_GEQRF] = householder_kernel;
+  table[TPU_KIND_ORGQR] = householder_kernel;
   table[TPU_KIND_EIGH] = decomp_kernel;
   table[TPU_KIND_SVD] = decomp_kernel;
 }
