@@ -924,3 +924,17 @@ def test_geqrf_householder_errors():
     same_raise(hp, o(2, 5, 3), o(3, 2))
     same_raise(hp, o(5, 3), o(2, dtype=torch.float64))
     same_raise(hp, o(5, 3), o(1, 2))
+
+
+@pytest.mark.parametrize("fn", [torch.linalg.eigh, torch.linalg.svd, torch.linalg.svdvals])
+@pytest.mark.parametrize("shape", [(3, 3), (2, 3, 3)])
+def test_decomposition_non_finite(fn, shape):
+    """A NaN input: CPU raises LinAlgError from inside the op; the tpu kernel's error is a
+    RuntimeError with the same message (batch element included) at the next sync."""
+    a = torch.full(shape, float("nan"))
+    with pytest.raises(torch.linalg.LinAlgError) as cpu_err:
+        fn(a)
+    with pytest.raises(RuntimeError) as tpu_err:
+        fn(tpu(a))
+        torch.tpu.synchronize()
+    assert str(cpu_err.value) in str(tpu_err.value), (str(cpu_err.value), str(tpu_err.value))

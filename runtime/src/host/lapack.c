@@ -623,6 +623,14 @@ typedef struct dec_s {
   bool flag0, flag1;     /* EIGH: upper, compute_v; SVD: full, compute_uv */
 } dec_t;
 
+/* ATen's "(Batch element i): " prefix of a batched input's error, or nothing. */
+typedef struct where_s { char s[48]; } where_t;
+static where_t batch_where(const dec_t* c, int64_t i) {
+  where_t w = {""};
+  if (c->nd->in[0].ndim > 2) snprintf(w.s, sizeof w.s, "(Batch element %lld): ", (long long)i);
+  return w;
+}
+
 static tpu_status_t qr_run(void* ctx, int64_t b, int64_t e, int tid) {
   dec_t* c = ctx;
   size_t es = tpu_dtype_size(c->cd);
@@ -669,9 +677,9 @@ static tpu_status_t eigh_run(void* ctx, int64_t b, int64_t e, int tid) {
     lapack_int info = x_syevd(c->cd, jobz, c->flag0 ? 'U' : 'L', (lapack_int)n, a, c->r0 + (size_t)(i * n) * es, w,
                               (lapack_int)lw, iw, liw);
     if (info > 0)
-      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.eigh: The algorithm failed to converge because the input "
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.eigh: %sThe algorithm failed to converge because the input "
                            "matrix is ill-conditioned or has too many repeated eigenvalues (error code: %d).",
-                           (int)info);
+                           batch_where(c, i).s, (int)info);
   }
 done:
   tpu__free(w);
@@ -698,12 +706,19 @@ static tpu_status_t svd_run(void* ctx, int64_t b, int64_t e, int tid) {
     char* a = c->a + (size_t)(i * m * n) * es;
     char* u = c->flag1 ? c->r0 + (size_t)(i * m * c->qc) * es : dummy;
     char* vt = c->flag1 ? c->r2 + (size_t)(i * c->rr * n) * es : dummy;
-    lapack_int info = x_gesdd(c->cd, jobz, (lapack_int)m, (lapack_int)n, a, c->r1 + (size_t)(i * k) * es, u, ldu, vt,
+    /* this LAPACK's gesdd does not check A for NaN and Inf (MKL's answers -4, which ATen
+     * reports as below): check first */
+    bool finite = true;
+    for (int64_t j = 0; j < m * n && finite; ++j) finite = isfinite(ld_el(a, c->cd, j));
+    lapack_int info = !finite ? -4 : x_gesdd(c->cd, jobz, (lapack_int)m, (lapack_int)n, a, c->r1 + (size_t)(i * k) * es, u, ldu, vt,
                               ldvt, w, (lapack_int)lw, iw);
-    if (info > 0)
-      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.svd: The algorithm failed to converge because the input "
+    if (info == -4) /* A has a NaN or Inf */
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.svd: %sThe algorithm failed to converge because the input "
+                           "matrix contained non-finite values.", batch_where(c, i).s);
+    else if (info > 0)
+      st = tpu_status_make(TPU_INVALID_ARGUMENT, "linalg.svd: %sThe algorithm failed to converge because the input "
                            "matrix is ill-conditioned or has too many repeated singular values (error code: %d).",
-                           (int)info);
+                           batch_where(c, i).s, (int)info);
   }
 done:
   tpu__free(w);
