@@ -458,3 +458,483 @@ def test_solve_triangular_errors():
     _same_error(torch.triangular_solve, o(3, 2), o(3, 3, dtype=torch.float64))
     _same_error(torch.triangular_solve, o(2, 2), o(3, 3))
     _same_error(torch.triangular_solve, o(3, 2), o(3, 4))
+
+
+# ---- LAPACK decompositions (the lapack family) -----------------------------------------
+# Each op runs natively for float32/float64 (op_helpers.native fails on a CPU fallback);
+# inputs are well conditioned, so CPU's LAPACK and ours agree within the table's
+# tolerances. Where `info` reports a failed factorization, the factor's contents are
+# LAPACK-implementation specific and only info is compared; the raising wrappers must
+# raise CPU's exception type with CPU's message.
+
+from op_helpers import close, grads  # noqa: E402
+from op_helpers import native as native_ops  # noqa: E402
+
+LAPACK_FLOATS = [torch.float32, torch.float64]
+aten = torch.ops.aten
+
+
+def well_conditioned(shape, dtype, gen):
+    n = shape[-1]
+    return (torch.randn(shape, generator=gen, dtype=torch.float64) + 2 * n ** 0.5 * torch.eye(n, dtype=torch.float64)).to(dtype)
+
+
+def spd(shape, dtype, gen):
+    a = torch.randn(shape, generator=gen, dtype=torch.float64)
+    return (a @ a.mT + shape[-1] * torch.eye(shape[-1], dtype=torch.float64)).to(dtype)
+
+
+def close_all(got, want, **kw):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        close(g, w, **kw)
+
+
+def same_raise(fn, *args, **kw):
+    """fn raises the same exception type with the same message on CPU and tpu."""
+    cpu_msg, tpu_msg = _same_error(fn, *args, **kw)
+    assert cpu_msg.splitlines()[0] in tpu_msg, (cpu_msg, tpu_msg)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 2, 3, 3), (1, 1), (0, 3, 3), (2, 0, 0)])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_ex(dtype, shape, upper, gen):
+    a = spd(shape, dtype, gen)
+    with native_ops("linalg_cholesky_ex"):
+        got = torch.linalg.cholesky_ex(tpu(a), upper=upper)
+        close_all(got, torch.linalg.cholesky_ex(a, upper=upper))
+        close(torch.linalg.cholesky(tpu(a), upper=upper), torch.linalg.cholesky(a, upper=upper))
+        out = (torch.empty(0, dtype=dtype, device=DEV), torch.empty(0, dtype=torch.int32, device=DEV))
+        torch.linalg.cholesky_ex(tpu(a), upper=upper, out=out)
+        close_all(out, torch.linalg.cholesky_ex(a, upper=upper))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_cholesky_not_positive_definite(dtype, gen):
+    a = spd((4, 3, 3), dtype, gen)
+    a[1] = -a[1]
+    a[3, 2, 2] = -100.0
+    with native_ops("linalg_cholesky_ex"):
+        L, info = torch.linalg.cholesky_ex(tpu(a))
+        Lc, infoc = torch.linalg.cholesky_ex(a)
+        close(info, infoc)
+        assert infoc.tolist() == [0, 1, 0, 3]
+        ok = infoc == 0
+        close(L.cpu()[ok].to(DEV), Lc[ok])
+    same_raise(torch.linalg.cholesky, a)
+    same_raise(torch.linalg.cholesky, a[3])
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 3, 5), (2, 5, 3), (2, 2, 1, 4), (0, 3, 3), (3, 0, 2)])
+def test_lu_factor_ex(dtype, shape, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("linalg_lu_factor_ex"):
+        close_all(torch.linalg.lu_factor_ex(tpu(a)), torch.linalg.lu_factor_ex(a))
+        close_all(torch.linalg.lu_factor(tpu(a)), torch.linalg.lu_factor(a))
+        out = (torch.empty(0, dtype=dtype, device=DEV), torch.empty(0, dtype=torch.int32, device=DEV),
+               torch.empty(0, dtype=torch.int32, device=DEV))
+        torch.linalg.lu_factor_ex(tpu(a), out=out)
+        close_all(out, torch.linalg.lu_factor_ex(a))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_lu_factor_singular(dtype, gen):
+    a = torch.randn(3, 4, 4, generator=gen, dtype=dtype)
+    a[1, :, 2] = 0
+    a[2] = 0
+    with native_ops("linalg_lu_factor_ex"):
+        got, want = torch.linalg.lu_factor_ex(tpu(a)), torch.linalg.lu_factor_ex(a)
+        close(got.info, want.info)
+        assert want.info.tolist()[0] == 0 and want.info.tolist()[1:] != [0, 0]
+        close(got.pivots, want.pivots)
+    same_raise(torch.linalg.lu_factor, a)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("adjoint", [False, True])
+@pytest.mark.parametrize("ashape,bshape", [((4, 4), (4, 2)), ((3, 4, 4), (3, 4, 1)), ((2, 1, 3, 3), (4, 3, 5)),
+                                           ((3, 3), (2, 3, 3)), ((0, 3, 3), (0, 3, 2))])
+def test_lu_solve(dtype, left, adjoint, ashape, bshape, gen):
+    a = well_conditioned(ashape, dtype, gen)
+    b = torch.randn(bshape, generator=gen, dtype=dtype)
+    if not left:
+        b = b.mT
+    LU, piv = torch.linalg.lu_factor(a)
+    with native_ops("linalg_lu_solve"):
+        got = torch.linalg.lu_solve(tpu(LU), tpu(piv), tpu(b), left=left, adjoint=adjoint)
+        close(got, torch.linalg.lu_solve(LU, piv, b, left=left, adjoint=adjoint))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("ashape,bshape", [((4, 4), (4, 2)), ((4, 4), (4,)), ((3, 4, 4), (3, 4)), ((3, 4, 4), (4,)),
+                                           ((3, 4, 4), (3, 4, 1)), ((2, 1, 3, 3), (4, 3, 5)), ((3, 3), (2, 3, 3)),
+                                           ((1, 3, 3), (2, 3, 3)), ((0, 3, 3), (0, 3, 2))])
+def test_solve_ex(dtype, left, ashape, bshape, gen):
+    a = well_conditioned(ashape, dtype, gen)
+    b = torch.randn(bshape, generator=gen, dtype=dtype)
+    if not left and b.dim() >= 2 and not (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1]):
+        b = b.mT.contiguous()
+    try:
+        want = aten._linalg_solve_ex(a, b, left=left)
+    except RuntimeError:  # a vector B has no XA = B form unless n == 1
+        same_raise(lambda x, y: aten._linalg_solve_ex(x, y, left=left), a, b)
+        return
+    with native_ops("_linalg_solve_ex"):
+        close_all(aten._linalg_solve_ex(tpu(a), tpu(b), left=left), want)
+        close(torch.linalg.solve(tpu(a), tpu(b), left=left), torch.linalg.solve(a, b, left=left))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_solve_singular(dtype, gen):
+    a = well_conditioned((3, 3, 3), dtype, gen)
+    a[1, 2] = 0
+    b = torch.randn(3, 3, 2, generator=gen, dtype=dtype)
+    with native_ops("_linalg_solve_ex"):
+        got, want = torch.linalg.solve_ex(tpu(a), tpu(b)), torch.linalg.solve_ex(a, b)
+        close(got.info, want.info)
+        assert want.info.tolist() == [0, 3, 0]
+    same_raise(torch.linalg.solve, a, b)
+    same_raise(torch.linalg.solve, a[1], b[1])
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 2, 3, 3), (1, 1), (0, 2, 2)])
+def test_inv_ex(dtype, shape, gen):
+    a = well_conditioned(shape, dtype, gen)
+    with native_ops("linalg_inv_ex"):
+        close_all(torch.linalg.inv_ex(tpu(a)), torch.linalg.inv_ex(a))
+        close(torch.linalg.inv(tpu(a)), torch.linalg.inv(a))
+        close(torch.inverse(tpu(a)), torch.inverse(a))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_inv_singular(dtype, gen):
+    a = well_conditioned((3, 3, 3), dtype, gen)
+    a[2, :, 1] = 0
+    with native_ops("linalg_inv_ex"):
+        got, want = torch.linalg.inv_ex(tpu(a)), torch.linalg.inv_ex(a)
+        close(got.info, want.info)
+        assert want.info.tolist() == [0, 0, 2]
+        close(got.inverse[:2], want.inverse[:2])
+    same_raise(torch.linalg.inv, a)
+    same_raise(torch.linalg.inv, a[2])
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 2, 3, 3), (1, 1), (0, 0), (0, 2, 2)])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "strided"])
+def test_det_slogdet(dtype, shape, layout, gen):
+    base = torch.randn(shape + ((2,) if layout == "strided" else ()), generator=gen, dtype=dtype)
+    view = {"contiguous": lambda t: t, "transposed": lambda t: t.mT, "strided": lambda t: t[..., 0]}[layout]
+    a, ta = view(base), view(tpu(base))  # ATen factors A^T for a contiguous A, else A
+    assert ta.is_contiguous() == a.is_contiguous()
+    with native_ops("_linalg_det", "_linalg_slogdet"):
+        close_all(aten._linalg_det(ta), aten._linalg_det(a))
+        close_all(aten._linalg_slogdet(ta), aten._linalg_slogdet(a))
+        close(torch.linalg.det(ta), torch.linalg.det(a))
+        close_all(torch.linalg.slogdet(ta), torch.linalg.slogdet(a))
+        close(torch.logdet(ta), torch.logdet(a))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_det_singular(dtype, gen):
+    a = torch.randn(3, 4, 4, generator=gen, dtype=dtype)
+    a[1, :, 3] = 0
+    a[2] = 0
+    with native_ops("_linalg_det", "_linalg_slogdet"):
+        close(torch.linalg.det(tpu(a)), torch.linalg.det(a))
+        close_all(torch.linalg.slogdet(tpu(a)), torch.linalg.slogdet(a))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 3, 5), (2, 5, 3), (2, 2, 1, 4), (0, 3, 3), (3, 0, 2)])
+def test_linalg_lu_and_unpack(dtype, shape, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    LU, piv = torch.linalg.lu_factor(a)
+    with native_ops("linalg_lu", "lu_unpack"):
+        close_all(torch.linalg.lu(tpu(a)), torch.linalg.lu(a))
+        for data in (True, False):
+            for pivots in (True, False):
+                got = torch.lu_unpack(tpu(LU), tpu(piv), unpack_data=data, unpack_pivots=pivots)
+                close_all(got, torch.lu_unpack(LU, piv, unpack_data=data, unpack_pivots=pivots))
+
+
+def test_lapack_errors():
+    o, f = torch.ones, torch.randn
+    same_raise(torch.linalg.cholesky_ex, o(3, 4))
+    same_raise(torch.linalg.cholesky_ex, o(3))
+    same_raise(torch.linalg.cholesky_ex, o(3, 3, dtype=torch.int64))
+    same_raise(torch.linalg.cholesky_ex, o(3, 3, dtype=torch.float16))  # the CPU fallback's own error
+    same_raise(torch.linalg.lu_factor_ex, o(3))
+    same_raise(lambda a: torch.linalg.lu_factor_ex(a, pivot=False), o(3, 3))
+    same_raise(lambda a: torch.linalg.lu(a, pivot=False), o(3, 3))
+    same_raise(torch.linalg.lu, o(3))
+    same_raise(torch.linalg.inv_ex, o(3, 4))
+    same_raise(torch.linalg.inv_ex, o(2, 3, dtype=torch.int32))
+    for fn in (aten._linalg_det, aten._linalg_slogdet):
+        same_raise(fn, o(3, 4))
+        same_raise(fn, o(4))
+        same_raise(fn, o(3, 3, dtype=torch.int64))
+    same_raise(aten._linalg_solve_ex, o(3, 4), o(3, 2))
+    same_raise(aten._linalg_solve_ex, o(3, 3), o(3, 2, dtype=torch.float64))
+    same_raise(aten._linalg_solve_ex, o(3, 3, dtype=torch.int64), o(3, 2, dtype=torch.int64))
+    same_raise(aten._linalg_solve_ex, o(3, 3), o(4, 2))
+    same_raise(aten._linalg_solve_ex, o(3, 3), o(4))
+    same_raise(lambda a, b: aten._linalg_solve_ex(a, b, left=False), o(3, 3), o(2, 4))
+    same_raise(aten._linalg_solve_ex, o(2, 3, 3), o(3, 3, 2))
+    LU, piv = torch.linalg.lu_factor(f(3, 3))
+    same_raise(torch.linalg.lu_solve, LU, piv, o(4, 2))
+    same_raise(torch.linalg.lu_solve, LU, piv, o(3))
+    same_raise(torch.linalg.lu_solve, LU, piv, o(3, 2, dtype=torch.float64))
+    same_raise(torch.linalg.lu_solve, LU, piv.long(), o(3, 2))
+    same_raise(torch.linalg.lu_solve, LU, piv[:2], o(3, 2))
+    same_raise(torch.linalg.lu_solve, o(3, 4), piv, o(3, 2))
+    same_raise(torch.lu_unpack, LU, piv.long())
+    same_raise(torch.lu_unpack, LU, piv[:2])
+    same_raise(torch.lu_unpack, o(3), piv)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_lapack_grads(dtype, gen):
+    """Autograd through the native ops vs CPU (the backward formulas call them again)."""
+    a = well_conditioned((2, 4, 4), dtype, gen)
+    s = spd((2, 4, 4), dtype, gen)
+    b = torch.randn(2, 4, 3, generator=gen, dtype=dtype)
+    r = torch.randn(2, 5, 3, generator=gen, dtype=dtype)
+    cases = [
+        (lambda x: torch.linalg.cholesky(x), (s,)),
+        (lambda x: torch.linalg.cholesky(x, upper=True), (s,)),
+        (lambda x, y: torch.linalg.solve(x, y), (a, b)),
+        (lambda x, y: torch.linalg.solve(x, y, left=False), (a, b.mT)),
+        (lambda x: torch.linalg.inv(x), (a,)),
+        (lambda x: torch.linalg.det(x), (a,)),
+        (lambda x: torch.linalg.det(x.mT), (a,)),
+        (lambda x: torch.linalg.slogdet(x).logabsdet, (a,)),
+        (lambda x: torch.linalg.lu_factor(x).LU, (a,)),
+        (lambda x: torch.cat([t.flatten(1) for t in torch.linalg.lu(x)[1:]], 1), (r,)),
+        (lambda x, y: torch.linalg.lu_solve(*torch.linalg.lu_factor(x), y), (a, b)),
+        (lambda x, y: torch.linalg.lu_solve(*torch.linalg.lu_factor(x), y, adjoint=True), (a, b)),
+    ]
+    for fn, args in cases:
+        cpu_in = [t.clone().requires_grad_() for t in args]
+        tpu_in = [tpu(t).requires_grad_() for t in args]
+        want, gw = grads(fn, cpu_in)
+        got, gt = grads(fn, tpu_in)
+        close(got, want)
+        for x, y in zip(gt, gw):
+            close(x, y, scale=10)
+
+
+def gauge(vectors, *others, dim=-2):
+    """Eigen/singular vectors are unique up to each one's sign, which CPU's LAPACK (MKL)
+    and ours may pick differently: flips each vector (a column; dim=-1: a row) so that
+    its largest-magnitude entry is positive, and the matching rows of `others` with it."""
+    if vectors.numel() == 0:
+        return (vectors,) + others
+    idx = vectors.abs().argmax(dim=dim, keepdim=True)
+    s = torch.sign(vectors.gather(dim, idx))
+    s = torch.where(s == 0, torch.ones_like(s), s)
+    return (vectors * s,) + tuple(o * s.mT for o in others)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (2, 2, 4, 1), (0, 3, 3), (3, 0), (0, 2)])
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr(dtype, shape, mode, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("linalg_qr"):
+        close_all(torch.linalg.qr(tpu(a), mode=mode), torch.linalg.qr(a, mode=mode))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 2, 3, 3), (1, 1), (0, 3, 3)])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh(dtype, shape, uplo, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)  # not symmetric: only `uplo` is read
+    with native_ops("_linalg_eigh"):
+        w, v = torch.linalg.eigh(tpu(a), UPLO=uplo)
+        wc, vc = torch.linalg.eigh(a, UPLO=uplo)
+        close(w, wc, scale=10)
+        close(gauge(v.cpu())[0].to(DEV), gauge(vc)[0], scale=10)
+        close(torch.linalg.eigvalsh(tpu(a), UPLO=uplo), wc, scale=10)
+        w2, v2 = aten._linalg_eigh(tpu(a), uplo, False)
+        close(w2, wc, scale=10)
+        assert v2.shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (2, 2, 4, 1), (0, 3, 3), (3, 0), (0, 2)])
+@pytest.mark.parametrize("full", [False, True])
+def test_svd(dtype, shape, full, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("_linalg_svd"):
+        U, S, Vh = torch.linalg.svd(tpu(a), full_matrices=full)
+        Uc, Sc, Vhc = torch.linalg.svd(a, full_matrices=full)
+        close(S, Sc, scale=10)
+        k = S.shape[-1]
+        # the first k singular vectors pair up; a full basis' other vectors are any
+        # orthonormal completion, so those are checked for orthonormality only
+        u, vh = gauge(U.cpu()[..., :k], Vh.cpu()[..., :k, :])
+        uc, vhc = gauge(Uc[..., :k], Vhc[..., :k, :])
+        close(u.to(DEV), uc, scale=10)
+        close(vh.to(DEV), vhc, scale=10)
+        if k == 0:  # an empty matrix's full factors are identities
+            close(U, Uc)
+            close(Vh, Vhc)
+        eye = lambda n: torch.eye(n, dtype=dtype).expand(U.shape[:-2] + (n, n))  # noqa: E731
+        torch.testing.assert_close((U.mT @ U).cpu(), eye(U.shape[-1]), atol=1e-5, rtol=0)
+        torch.testing.assert_close((Vh @ Vh.mT).cpu(), eye(Vh.shape[-2]), atol=1e-5, rtol=0)
+        close(torch.linalg.svdvals(tpu(a)), torch.linalg.svdvals(a), scale=10)
+        U2, S2, V2 = aten._linalg_svd(tpu(a), full, False)
+        assert U2.shape == (0,) and V2.shape == (0,)
+        close(S2, Sc, scale=10)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_svd_users(dtype, gen):
+    """matrix_norm ord=2/nuc, cond, pinv and matrix_rank run on the native SVD/eigh."""
+    a = torch.randn(3, 5, 4, generator=gen, dtype=dtype)
+    s = a.mT @ a
+    with native_ops("_linalg_svd", "_linalg_eigh"):
+        for ordv in (2, -2, "nuc"):
+            close(torch.linalg.matrix_norm(tpu(a), ord=ordv), torch.linalg.matrix_norm(a, ord=ordv), scale=10)
+        close(torch.linalg.pinv(tpu(a)), torch.linalg.pinv(a), scale=100)
+        close(torch.linalg.pinv(tpu(s), hermitian=True), torch.linalg.pinv(s, hermitian=True), scale=100)
+        close(torch.linalg.matrix_rank(tpu(a)), torch.linalg.matrix_rank(a))
+
+
+def test_decomposition_errors():
+    o = torch.ones
+    same_raise(torch.linalg.qr, o(3))
+    same_raise(torch.linalg.qr, o(3, 3, dtype=torch.int64))
+    same_raise(lambda a: torch.linalg.qr(a, mode="x"), o(3, 3))
+    same_raise(aten._linalg_eigh, o(3, 4))
+    same_raise(aten._linalg_eigh, o(3))
+    same_raise(lambda a: aten._linalg_eigh(a, "X"), o(3, 3))
+    same_raise(aten._linalg_eigh, o(3, 3, dtype=torch.int64))  # the CPU fallback's own error
+    same_raise(aten._linalg_svd, o(3))
+    same_raise(aten._linalg_svd, o(3, 3, dtype=torch.int64))
+    same_raise(lambda a: aten._linalg_svd(a, driver="gesvd"), o(3, 3))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+def test_decomposition_grads(dtype, gen):
+    """Gradients of gauge-invariant functions of QR, eigh and SVD vs CPU."""
+    a = torch.randn(2, 5, 3, generator=gen, dtype=dtype)
+    w = torch.randn(2, 3, 5, generator=gen, dtype=dtype)
+    sq = torch.randn(2, 4, 4, generator=gen, dtype=dtype)
+    cases = [
+        (lambda x: torch.cat([t.flatten(1) for t in torch.linalg.qr(x)], 1), (a,)),
+        (lambda x: torch.cat([t.flatten(1) for t in torch.linalg.qr(x)], 1), (w[:, :, :3],)),
+        (lambda x: torch.linalg.eigvalsh(x), (sq,)),
+        (lambda x: (lambda wv: wv[1] @ torch.diag_embed(wv[0].exp()) @ wv[1].mT)(torch.linalg.eigh(x)), (sq,)),
+        (lambda x: torch.linalg.svdvals(x), (a,)),
+        (lambda x: torch.linalg.svdvals(x), (w,)),
+        (lambda x: (lambda usv: usv[0] @ torch.diag_embed(usv[1] ** 2) @ usv[2])(torch.linalg.svd(x, False)), (a,)),
+        (lambda x: (lambda usv: usv[0] @ torch.diag_embed(usv[1] ** 2) @ usv[2])(torch.linalg.svd(x, False)), (w,)),
+        (lambda x: torch.linalg.matrix_norm(x, ord="nuc"), (a,)),
+        (lambda x: torch.linalg.pinv(x), (a,)),
+    ]
+    for fn, args in cases:
+        cpu_in = [t.clone().requires_grad_() for t in args]
+        tpu_in = [tpu(t).requires_grad_() for t in args]
+        want, gw = grads(fn, cpu_in)
+        got, gt = grads(fn, tpu_in)
+        close(got, want, scale=10)
+        for x, y in zip(gt, gw):
+            close(x, y, scale=100)
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("bshape,ashape", [((4, 2), (4, 4)), ((3, 4, 1), (3, 4, 4)), ((2, 1, 3, 5), (4, 3, 3)),
+                                           ((0, 3, 2), (0, 3, 3))])
+def test_cholesky_solve_and_inverse(dtype, upper, bshape, ashape, gen):
+    f = torch.linalg.cholesky(spd(ashape, dtype, gen), upper=upper)
+    b = torch.randn(bshape, generator=gen, dtype=dtype)
+    with native_ops("_cholesky_solve_helper", "cholesky_inverse"):
+        close(torch.cholesky_solve(tpu(b), tpu(f), upper=upper), torch.cholesky_solve(b, f, upper=upper))
+        close(torch.cholesky_inverse(tpu(f), upper=upper), torch.cholesky_inverse(f, upper=upper))
+        out = torch.empty(0, dtype=dtype, device=DEV)
+        torch.cholesky_inverse(tpu(f), upper=upper, out=out)
+        close(out, torch.cholesky_inverse(f, upper=upper))
+    fr, br = f.clone().requires_grad_(), b.clone().requires_grad_()
+    ft, bt = tpu(f).requires_grad_(), tpu(b).requires_grad_()
+    want, gw = grads(lambda x, y: torch.cholesky_solve(x, y, upper=upper), (br, fr))
+    got, gt = grads(lambda x, y: torch.cholesky_solve(x, y, upper=upper), (bt, ft))
+    close(got, want)
+    for x, y in zip(gt, gw):
+        close(x, y, scale=10)
+
+
+def test_cholesky_solve_inverse_errors():
+    o = torch.ones
+    same_raise(torch.cholesky_inverse, o(3))
+    same_raise(torch.cholesky_inverse, o(3, 4))
+    same_raise(torch.cholesky_inverse, o(3, 3, dtype=torch.int64))  # the CPU fallback's own error
+    same_raise(torch.cholesky_solve, o(3, 2), o(3, 3, dtype=torch.float64))
+    same_raise(torch.cholesky_solve, o(3), o(3, 3))
+    same_raise(torch.cholesky_solve, o(4, 2), o(3, 3))
+    same_raise(torch.cholesky_solve, o(2, 3, 2), o(3, 3, 3))
+    # a zero on the factor's diagonal: CPU raises LinAlgError from inside the op; the tpu
+    # kernel's error is a RuntimeError with the same message at the next synchronization
+    z = torch.eye(3).expand(2, 3, 3).clone()
+    z[1, 1, 1] = 0
+    for a in (z, z[1]):
+        with pytest.raises(torch.linalg.LinAlgError) as cpu_err:
+            torch.cholesky_inverse(a)
+        with pytest.raises(RuntimeError) as tpu_err:
+            torch.cholesky_inverse(tpu(a))
+            torch.tpu.synchronize()
+        assert str(cpu_err.value) in str(tpu_err.value), (str(cpu_err.value), str(tpu_err.value))
+
+
+@pytest.mark.parametrize("dtype", LAPACK_FLOATS)
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 3), (2, 3, 5), (2, 2, 4, 1), (0, 3, 3), (3, 0)])
+def test_geqrf_householder_product(dtype, shape, gen):
+    a = torch.randn(shape, generator=gen, dtype=dtype)
+    with native_ops("geqrf", "linalg_householder_product"):
+        got, want = torch.geqrf(tpu(a)), torch.geqrf(a)
+        close_all(got, want)
+        if shape[-2] >= shape[-1]:
+            close(torch.linalg.householder_product(*got), torch.linalg.householder_product(*want))
+            t = want.tau[..., : max(shape[-1] - 1, 0)]  # fewer reflectors than columns
+            close(torch.linalg.householder_product(tpu(want.a), tpu(t)), torch.linalg.householder_product(want.a, t))
+    if shape[-2] >= shape[-1] and a.numel() > 0:
+        fn = torch.linalg.householder_product
+        ins = [t.clone().requires_grad_() for t in want]
+        wo, gw = grads(fn, ins)
+        go, gt = grads(fn, [tpu(t).requires_grad_() for t in want])
+        close(go, wo)
+        for x, y in zip(gt, gw):
+            close(x, y, scale=100)
+
+
+def test_geqrf_householder_errors():
+    o, hp = torch.ones, torch.linalg.householder_product
+    same_raise(torch.geqrf, o(3))
+    same_raise(torch.geqrf, o(3, 3, dtype=torch.int64))  # the CPU fallback's own error
+    same_raise(hp, o(5), o(2))
+    same_raise(hp, o(3, 5), o(2))
+    same_raise(hp, o(5, 3), o(4))
+    same_raise(hp, o(2, 5, 3), o(3, 2))
+    same_raise(hp, o(5, 3), o(2, dtype=torch.float64))
+    same_raise(hp, o(5, 3), o(1, 2))
+
+
+@pytest.mark.parametrize("fn", [torch.linalg.eigh, torch.linalg.svd, torch.linalg.svdvals])
+@pytest.mark.parametrize("shape", [(3, 3), (2, 3, 3)])
+def test_decomposition_non_finite(fn, shape):
+    """A NaN input: CPU raises LinAlgError from inside the op; the tpu kernel's error is a
+    RuntimeError with the same message (batch element included) at the next sync."""
+    a = torch.full(shape, float("nan"))
+    with pytest.raises(torch.linalg.LinAlgError) as cpu_err:
+        fn(a)
+    with pytest.raises(RuntimeError) as tpu_err:
+        fn(tpu(a))
+        torch.tpu.synchronize()
+    assert str(cpu_err.value) in str(tpu_err.value), (str(cpu_err.value), str(tpu_err.value))

@@ -62,6 +62,19 @@ qd, kd, vd = (t.to(dev).requires_grad_() for t in (q, k, v))
 out["sdpa"] = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
 out["sdpa"].square().sum().backward()
 out["sdpa_dq"], out["sdpa_dk"], out["sdpa_dv"] = qd.grad, kd.grad, vd.grad
+# LAPACK decompositions: batches of matrices over the pool, one LAPACK chain per matrix
+sq = torch.randn(24, 40, 40)
+spd = (sq @ sq.mT + 40 * torch.eye(40)).to(dev)
+sqd, rhs = sq.to(dev), torch.randn(24, 40, 3).to(dev)
+out["cholesky"] = torch.linalg.cholesky(spd)
+out["lu_factor"], out["lu_pivots"] = torch.linalg.lu_factor(sqd)
+out["solve"] = torch.linalg.solve(sqd, rhs)
+out["lu_solve"] = torch.linalg.lu_solve(out["lu_factor"], out["lu_pivots"], rhs)
+out["inv"] = torch.linalg.inv(sqd)
+out["slogdet"] = torch.linalg.slogdet(sqd).logabsdet
+out["qr"] = torch.linalg.qr(sqd)[1]
+out["eigh"] = torch.linalg.eigh(spd)[1]
+out["svd"] = torch.linalg.svd(sqd)[0]
 (ln.square().sum() + torch.log_softmax(xd, 1).sum()).backward()
 out["grad_x"] = xd.grad
 torch.save({k: v.detach().cpu() for k, v in out.items()}, sys.argv[1])

@@ -38,6 +38,14 @@ OP_TOLERANCES = {
         "the fused attention backward sums over the sequence in a different order than "
         "CPU's math path; gradients near zero differ by a few 1e-5 absolute"),
 }
+# SVD's backward divides by differences of squared singular values, so the float32
+# rounding differences between CPU's LAPACK (MKL) and the tpu's (OpenBLAS) grow by the
+# inverse gaps: gradients through an SVD differ by up to ~1e-4 absolute / relative.
+for _op in ("linalg.svd", "svd", "linalg.pinv.hermitian", "linalg.lstsq", "linalg.lstsq.grad_oriented"):
+    OP_TOLERANCES[(_op, torch.float32)] = (
+        dict(atol=1e-4, rtol=1e-4),
+        "the SVD backward amplifies f32 differences between two LAPACK implementations")
+del _op
 
 
 def op_tol(op, dtype):

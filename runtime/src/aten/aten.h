@@ -43,7 +43,7 @@ typedef struct tpu_aten_entry_s {
 extern const tpu_aten_entry_t tpu__aten_complex_alt[];
 
 /* Each family exports a NULL-name-terminated entry array. */
-#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(foreach) X(optim)
+#define TPU_ATEN_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(foreach) X(optim) X(lapack)
 #define TPU__DECL_TAB(f) extern const tpu_aten_entry_t tpu__aten_##f[];
 TPU_ATEN_FAMILIES(TPU__DECL_TAB)
 #undef TPU__DECL_TAB

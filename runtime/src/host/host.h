@@ -16,7 +16,7 @@ typedef tpu_status_t (*tpu_host_kernel_fn)(tpu_node_t* node);
 /* True on a pool thread, and on the calling thread while its region runs. */
 bool tpu__in_parallel_region(void);
 
-#define TPU_HOST_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(optim)
+#define TPU_HOST_FAMILIES(X) X(elementwise) X(reduce) X(linalg) X(nn) X(index) X(random) X(norm) X(resample) X(gated) X(complex) X(vision) X(optim) X(lapack)
 #define TPU__DECL_REG(f) void tpu__host_register_##f(tpu_host_kernel_fn* table);
 TPU_HOST_FAMILIES(TPU__DECL_REG)
 #undef TPU__DECL_REG
