@@ -142,6 +142,13 @@ static void st_el(void* p, tpu_dtype_t cd, int64_t i, double v) {
   else ((double*)p)[i] = v;
 }
 
+/* The number of matrices: the product of an operand's batch dims (all but the last two). */
+static int64_t batch_of(const tpu_operand_t* op) {
+  int64_t mats = 1;
+  for (int d = 0; d < op->ndim - 2; ++d) mats *= op->sizes[d];
+  return mats;
+}
+
 /* ---- Cholesky ------------------------------------------------------------------------- */
 
 typedef struct chol_s {
@@ -168,7 +175,7 @@ static tpu_status_t chol_run(void* ctx, int64_t b, int64_t e, int tid) {
 static tpu_status_t cholesky_kernel(tpu_node_t* nd) {
   const tpu_operand_t* A = &nd->in[0];
   int64_t n = A->sizes[A->ndim - 1];
-  int64_t mats = n ? tpu__operand_numel(A) / (n * n) : tpu__operand_numel(&nd->out[1]);
+  int64_t mats = batch_of(A);
   if (!fits_lapack(n)) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   chol_t c = {nd->compute, pack_mats(A, nd->compute, true), n, scratch(mats, sizeof(int64_t)), nd->ia[0] != 0};
   tpu_status_t st = NULL;
@@ -282,26 +289,26 @@ static tpu_status_t getrf_kernel(tpu_node_t* nd) {
   tpu_dtype_t cd = nd->compute;
   size_t es = tpu_dtype_size(cd);
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
-  int64_t mats = 1;
-  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  int64_t mats = batch_of(A);
   if (!fits_lapack(m) || !fits_lapack(n))
     return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   int mode = (int)nd->ia[0];
   lu_t c = {cd, mode, m, n, m < n ? m : n, pack_mats(A, cd, true)};
-  bool want_piv = mode == LU_FACTOR || mode == LU_DET || mode == LU_SLOGDET || mode == LU_PLU;
-  c.piv = want_piv ? scratch(mats * c.k, sizeof(int64_t)) : NULL;
-  c.info = mode == LU_FACTOR || mode == LU_INV ? scratch(mats, sizeof(int64_t)) : NULL;
-  if (mode == LU_DET || mode == LU_SLOGDET) c.r0 = scratch(mats, es);
-  if (mode == LU_SLOGDET) c.r1 = scratch(mats, es);
-  if (mode == LU_PLU) {
-    c.r0 = scratch(mats * m * m, es);
-    c.r1 = scratch(mats * m * c.k, es);
-    c.r2 = scratch(mats * c.k * n, es);
-  }
+  /* What each mode keeps: pivots except for the inverse, info for factor and inverse,
+   * r0..r2 the det / slogdet results or P, L, U. */
+  bool want_piv = mode != LU_INV, want_info = mode == LU_FACTOR || mode == LU_INV;
+  int64_t r_sizes[3] = {-1, -1, -1}; /* elements of r0..r2; -1: not kept */
+  if (mode == LU_DET || mode == LU_SLOGDET) r_sizes[0] = mats;
+  if (mode == LU_SLOGDET) r_sizes[1] = mats;
+  if (mode == LU_PLU) r_sizes[0] = mats * m * m, r_sizes[1] = mats * m * c.k, r_sizes[2] = mats * c.k * n;
+  char** rs[3] = {&c.r0, &c.r1, &c.r2};
+  bool nomem = !c.a;
+  if (want_piv) nomem |= !(c.piv = scratch(mats * c.k, sizeof(int64_t)));
+  if (want_info) nomem |= !(c.info = scratch(mats, sizeof(int64_t)));
+  for (int q = 0; q < 3; ++q)
+    if (r_sizes[q] >= 0) nomem |= !(*rs[q] = scratch(r_sizes[q], es));
   tpu_status_t st = NULL;
-  if (!c.a || (want_piv && !c.piv) || (mode != LU_PLU && mode != LU_DET && mode != LU_SLOGDET && !c.info) ||
-      ((mode == LU_DET || mode == LU_SLOGDET || mode == LU_PLU) && !c.r0) ||
-      ((mode == LU_SLOGDET || mode == LU_PLU) && !c.r1) || (mode == LU_PLU && !c.r2)) {
+  if (nomem) {
     st = TPU_HOST_NOMEM();
     goto done;
   }
@@ -359,8 +366,7 @@ static tpu_status_t lu_unpack_kernel(tpu_node_t* nd) {
   tpu_dtype_t cd = nd->compute;
   size_t es = tpu_dtype_size(cd);
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
-  int64_t mats = 1;
-  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  int64_t mats = batch_of(A);
   lu_t c = {cd, LU_PLU, m, n, m < n ? m : n, pack_mats(A, cd, true)};
   c.piv = scratch(tpu__operand_numel(&nd->in[1]), sizeof(int64_t));
   if (c.piv) tpu__pack(&nd->in[1], NULL, TPU_DTYPE_I64, c.piv);
@@ -428,8 +434,7 @@ static tpu_status_t solve_with(tpu_node_t* nd, const tpu_operand_t* B, tpu_opera
   int64_t n = left ? X->sizes[xd - 2] : X->sizes[xd - 1], r = left ? X->sizes[xd - 1] : X->sizes[xd - 2];
   if (!fits_lapack(n) || !fits_lapack(r))
     return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
-  int64_t mats = 1;
-  for (int d = 0; d < xd - 2; ++d) mats *= X->sizes[d];
+  int64_t mats = batch_of(X);
   solve_t c = {cd, n, r, lu, piv, pack_mats(B, cd, left), X->sizes, own, xd - 2, no};
   c.tr = (adjoint != !left) ? 'T' : 'N';
   if (!c.x) return TPU_HOST_NOMEM();
@@ -471,8 +476,7 @@ static tpu_status_t solve_kernel(tpu_node_t* nd) {
   const tpu_operand_t* A = &nd->in[0];
   tpu_dtype_t cd = nd->compute;
   int64_t n = A->sizes[A->ndim - 1];
-  int64_t mats = 1;
-  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  int64_t mats = batch_of(A);
   if (!fits_lapack(n)) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   lu_t c = {cd, LU_FACTOR, n, n, n, pack_mats(A, cd, true)};
   c.piv = scratch(mats * n, sizeof(int64_t));
@@ -553,8 +557,7 @@ static tpu_status_t potri_run(void* ctx, int64_t b, int64_t e, int tid) {
 static tpu_status_t cholesky_solve_kernel(tpu_node_t* nd) {
   const tpu_operand_t *B = &nd->in[0], *L = &nd->in[1];
   tpu_dtype_t cd = nd->compute;
-  int64_t n = L->sizes[L->ndim - 1], r = B->sizes[B->ndim - 1], mats = 1;
-  for (int d = 0; d < L->ndim - 2; ++d) mats *= L->sizes[d];
+  int64_t n = L->sizes[L->ndim - 1], r = B->sizes[B->ndim - 1], mats = batch_of(L);
   if (!fits_lapack(n) || !fits_lapack(r))
     return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   pot_t c = {cd, n, r, mats, pack_mats(L, cd, true), pack_mats(B, cd, true), nd->ia[0] != 0};
@@ -572,8 +575,7 @@ done:
 static tpu_status_t cholesky_inverse_kernel(tpu_node_t* nd) {
   const tpu_operand_t* L = &nd->in[0];
   tpu_dtype_t cd = nd->compute;
-  int64_t n = L->sizes[L->ndim - 1], mats = 1;
-  for (int d = 0; d < L->ndim - 2; ++d) mats *= L->sizes[d];
+  int64_t n = L->sizes[L->ndim - 1], mats = batch_of(L);
   if (!fits_lapack(n)) return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   pot_t c = {cd, n, 0, mats, pack_mats(L, cd, true), NULL, nd->ia[0] != 0, L->ndim > 2};
   if (!c.a) return TPU_HOST_NOMEM();
@@ -753,8 +755,7 @@ static tpu_status_t hh_run(void* ctx, int64_t b, int64_t e, int tid) {
 static tpu_status_t householder_kernel(tpu_node_t* nd) {
   const tpu_operand_t* A = &nd->in[0];
   tpu_dtype_t cd = nd->compute;
-  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], mats = 1;
-  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], mats = batch_of(A);
   if (!fits_lapack(m) || !fits_lapack(n))
     return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   bool org = nd->kind == TPU_KIND_ORGQR;
@@ -787,8 +788,7 @@ static tpu_status_t decomp_kernel(tpu_node_t* nd) {
   tpu_dtype_t cd = nd->compute;
   size_t es = tpu_dtype_size(cd);
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
-  int64_t mats = 1;
-  for (int d = 0; d < A->ndim - 2; ++d) mats *= A->sizes[d];
+  int64_t mats = batch_of(A);
   if (!fits_lapack(m) || !fits_lapack(n) || m * n > INT32_MAX / 8)
     return tpu_status_make(TPU_UNIMPLEMENTED, "%s: matrix too large", tpu__node_describe(nd));
   dec_t c = {nd, cd, m, n, m < n ? m : n, pack_mats(A, cd, true)};
