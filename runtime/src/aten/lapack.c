@@ -211,16 +211,7 @@ static tpu_status_t build_inv_ex(tpu_build_t* b) {
   return tpu__out_dtypes_exact(b);
 }
 
-/* PyTorch's is_contiguous: row-major dense, strides of size-1 dims ignored. */
-static bool contiguous(const tpu_view_t* v) {
-  int64_t want = 1;
-  for (int d = v->ndim - 1; d >= 0; --d) {
-    if (v->sizes[d] == 0) return true;
-    if (v->sizes[d] != 1 && v->strides[d] != want) return false;
-    want *= v->sizes[d];
-  }
-  return true;
-}
+static bool contiguous(const tpu_view_t* v) { return tpu__is_contiguous(v->ndim, v->sizes, v->strides); }
 
 /* _linalg_det(Tensor A) -> (result, LU, pivots);
  * _linalg_slogdet(Tensor A) -> (sign, logabsdet, LU, pivots). data: the slogdet marker. */

@@ -30,14 +30,7 @@
  * contiguous; other layouts are left to the CPU fallback (UNIMPLEMENTED). */
 #include "aten/aten.h"
 
-static bool dense(const tpu_view_t* v) {
-  int64_t st = 1;
-  for (int d = v->ndim - 1; d >= 0; --d) {
-    if (v->sizes[d] != 1 && v->strides[d] != st) return false;
-    st *= v->sizes[d];
-  }
-  return true;
-}
+static bool dense(const tpu_view_t* v) { return tpu__is_contiguous(v->ndim, v->sizes, v->strides); }
 
 /* A per-parameter tensor (argument i): the parameter's dtype and shape, contiguous. */
 static tpu_status_t like_param(tpu_build_t* b, int i, const tpu_view_t* p, const char* what,
@@ -68,7 +61,7 @@ static tpu_status_t run_time_scalar(tpu_build_t* b, int i, bool required, const 
   return tpu__node_add_input(b->node, v);
 }
 
-/* The learning rate: a number (da[0]) or a one-element tensor (input `slot`). */
+/* The learning rate: a number (da[0], and an absent input) or a one-element tensor input. */
 static tpu_status_t learning_rate(tpu_build_t* b, int i) {
   const tpu_arg_t* a = tpu__arg(b, i);
   if (a && a->kind == TPU_ARG_TENSOR) return run_time_scalar(b, i, true, "lr");

@@ -139,6 +139,9 @@ static inline bool tpu__operand_same_view(const tpu_operand_t* a, const tpu_oper
     if (a->sizes[d] != b->sizes[d] || (a->sizes[d] != 1 && a->strides[d] != b->strides[d])) return false;
   return true;
 }
+/* PyTorch's is_contiguous: row-major dense, strides of size-1 dims ignored, true when
+ * there are no elements. For views: tpu__is_contiguous(v->ndim, v->sizes, v->strides). */
+bool tpu__is_contiguous(int ndim, const int64_t* sizes, const int64_t* strides);
 bool tpu__operand_is_contiguous(const tpu_operand_t* op);
 
 /* A small map from value pointers to ints, for bookkeeping inside one fused group (which

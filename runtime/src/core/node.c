@@ -235,11 +235,16 @@ int64_t tpu__operand_numel(const tpu_operand_t* op) {
   return n;
 }
 
-bool tpu__operand_is_contiguous(const tpu_operand_t* op) {
+bool tpu__is_contiguous(int ndim, const int64_t* sizes, const int64_t* strides) {
   int64_t st = 1;
-  for (int i = op->ndim - 1; i >= 0; --i) {
-    if (op->sizes[i] != 1 && op->strides[i] != st) return false;
-    st *= op->sizes[i];
+  for (int i = ndim - 1; i >= 0; --i) {
+    if (sizes[i] == 0) return true; /* no elements */
+    if (sizes[i] != 1 && strides[i] != st) return false;
+    st *= sizes[i];
   }
   return true;
+}
+
+bool tpu__operand_is_contiguous(const tpu_operand_t* op) {
+  return tpu__is_contiguous(op->ndim, op->sizes, op->strides);
 }
