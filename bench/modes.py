@@ -63,10 +63,10 @@ def attention_inference(device, quick):
     return step
 
 
-def optimizer_many_params(device, quick, fused=None):
+def optimizer_many_params(device, quick, fused=None, shape=(64, 64), n=None):
     torch.manual_seed(0)
-    n = 50 if quick else 200
-    params = [torch.randn(64, 64).to(device).requires_grad_() for _ in range(n)]
+    n = n or (50 if quick else 200)
+    params = [torch.randn(*shape).to(device).requires_grad_() for _ in range(n)]
     for p in params:
         p.grad = torch.randn_like(p)
     opt = torch.optim.AdamW(params, lr=1e-3, fused=fused)  # default: foreach on tpu, loop on CPU
@@ -81,7 +81,11 @@ WORKLOADS = {"GPT training step (fwd+bwd+AdamW)": gpt_train,
              "GELU/LayerNorm MLP (inference)": gelu_ln_mlp,
              "attention inference": attention_inference,
              "AdamW step over many params": optimizer_many_params,
-             "AdamW fused=True over many params": lambda d, q: optimizer_many_params(d, q, fused=True)}
+             "AdamW fused=True over many params": lambda d, q: optimizer_many_params(d, q, fused=True),
+             # A model's worth of parameters (16.8M, about GPT-2 small's blocks at d=1024 / 4):
+             # the state no longer fits in cache, so each pass over it is a pass over memory.
+             "AdamW step, 16.8M params (16 x 1024x1024)":
+                 lambda d, q: optimizer_many_params(d, q, shape=(256, 256) if q else (1024, 1024), n=16)}
 
 
 def measure(make, device, mode, iters, quick):

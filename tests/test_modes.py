@@ -247,6 +247,35 @@ def test_defer_loop_detection_op_major_optimizer():
     assert cuts.plan_cache_hits >= 3, str(cuts)
 
 
+def test_explain_names_line_and_op_of_heuristic_cuts():
+    """Loop-detection cuts happen inside an op's submission; explain() still names the
+    graph's last op and the Python line: the op's own line on the Python thread, and the
+    line that called backward() for cuts on the autograd engine's thread."""
+    torch.manual_seed(0)
+    model = train_gpt.make_model(d=32, heads=2, layers=4, ctx=16).to("tpu")
+    x = torch.randn(4, 16, device="tpu")
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        torchtpu.explain(clear=True)
+        for _ in range(6):  # a body of 18 different ops (loop detection needs >= 16)
+            x = (x * 0.5 + 0.25).tanh().sigmoid().exp().neg().abs().sqrt().add(1).mul(2).sub(1).relu().square().log1p().cos().sin().reciprocal().atan().softmax(-1)  # LOOP LINE
+        torch.tpu.synchronize()
+        fwd_cuts = [c for c in torchtpu.explain() if "loop detected" in c["reason"]]
+        torchtpu.explain(clear=True)
+        model(torch.randint(0, 128, (2, 16), device="tpu")).sum().backward()  # BACKWARD LINE
+        torch.tpu.synchronize()
+        bwd_cuts = [c for c in torchtpu.explain() if "loop detected" in c["reason"]]
+    src = open(__file__).read().splitlines()
+    loop_line = next(i + 1 for i, t in enumerate(src) if t.rstrip().endswith("# LOOP LINE"))
+    bwd_line = next(i + 1 for i, t in enumerate(src) if t.rstrip().endswith("# BACKWARD LINE"))
+    assert fwd_cuts and bwd_cuts, (fwd_cuts, bwd_cuts)
+    for c in fwd_cuts:
+        assert c["site"].startswith(f"{__file__}:{loop_line} in "), c
+        assert c["last_op"], c
+    for c in bwd_cuts:  # the engine's thread runs no Python: the backward() call is named
+        assert c["site"].startswith(f"backward of {__file__}:{bwd_line} in "), c
+        assert c["last_op"], c
+
+
 def test_defer_lower_peak_memory():
     x = torch.randn(1 << 18)
     def run(mode):

@@ -90,15 +90,18 @@ class Explanation(list):
             fused = f"{c['fused_ops']}/{c['fused_groups']}g" + (f"+{c['fused_reductions']}r" if c["fused_reductions"] else "")
             lines.append(f"{i:>4} {c['ops']:>5} {c['kernels']:>7} {fused:>11} {c['internal_values']:>8} {c['donated']:>7} "
                          f"{'hit' if c['cache_hit'] else 'miss':>5} {c['plan_us']:>8.1f} {c['run_us']:>9.1f}  "
-                         f"{c['reason']} @ {c['site'] or '?'}")
+                         f"{c['reason']}" + (f" after {c['last_op']}" if c['last_op'] else "") +
+                         f" @ {c['site'] or '?'}")
         return "\n".join(lines)
 
 
 def explain(clear: bool = False) -> Explanation:
-    """Every defer_and_fuse cut: why (reason and the Python line that caused it), graph
-    size, fused groups (and how many end in a row reduction), values kept out of memory,
-    outputs written into a dead input's buffer, plan cache hit or miss, and time spent
-    planning vs running (run time and donations are filled in once the graph has run)."""
+    """Every defer_and_fuse cut: why (reason, the graph's last op, and the Python line that
+    caused it; for a heuristic cut on the autograd engine's thread, the line that started
+    the backward pass), graph size, fused groups (and how many end in a row reduction),
+    values kept out of memory, outputs written into a dead input's buffer, plan cache hit
+    or miss, and time spent planning vs running (run time and donations are filled in once
+    the graph has run)."""
     plans, hits = _C._plan_cache_stats()
     out = Explanation(_C._explain(), plans, hits)
     if clear:
@@ -138,9 +141,12 @@ def _cut_after_backward() -> None:
     def cut(fn):
         def wrapper(*args, **kwargs):
             global _backward_ran
+            defer = get_eager_mode() == "defer_and_fuse"
+            if defer:  # explain() names this line for cuts made on the autograd engine's thread
+                _C._set_backward_site(_C._call_site())
             out = fn(*args, **kwargs)
             _backward_ran = True
-            if get_eager_mode() == "defer_and_fuse":
+            if defer:
                 for d in range(_C._device_count()):
                     _C._flush(d, "end of backward")
             return out

@@ -48,6 +48,12 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // the calling thread runs no Python (e.g. the autograd engine's device thread).
 // Takes the GIL; used only where the cost is acceptable (debug mode, graph cuts).
 std::string python_call_site();
+// After an op's submission: names the Python line of graph cuts that the op's submission
+// made by heuristic (loop detection, size limit), which libtpurt cannot know. On the
+// autograd engine's thread that is the line that started the backward pass, which
+// torchtpu.modes records with set_backward_site.
+void name_heuristic_cuts();
+void set_backward_site(const std::string& site);
 // Sets libtpurt's call site while alive (cleared on exit, also by an exception), if
 // `active`. CutSite: for a host read, which cuts a graph in defer_and_fuse. OpSite: for
 // every op in debug mode.

@@ -69,7 +69,7 @@ PYBIND11_MODULE(_C, m) {
     tpu_cut_record_t r;
     for (int i = 0; tpu_explain_get(i, &r); ++i) {
       py::dict d;
-      d["reason"] = r.reason; d["site"] = r.site; d["device"] = r.device; d["ops"] = r.nodes;
+      d["reason"] = r.reason; d["site"] = r.site; d["last_op"] = r.last_op; d["device"] = r.device; d["ops"] = r.nodes;
       d["kernels"] = r.kernels; d["fused_groups"] = r.fused_groups; d["fused_ops"] = r.fused_nodes;
       d["fused_reductions"] = r.fused_reductions; d["donated"] = r.donated;
       d["internal_values"] = r.internal_values; d["cache_hit"] = r.cache_hit;
@@ -79,6 +79,8 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_explain_clear", [] { tpu_explain_clear(); });
+  m.def("_call_site", [] { return python_call_site(); });
+  m.def("_set_backward_site", [](const std::string& s) { set_backward_site(s); });
   m.def("_plan_cache_stats", [] {
     uint64_t plans, hits;
     tpu_plan_cache_stats(&plans, &hits);

@@ -318,6 +318,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     throw;
   }
   tpu_status_t sub = tpu_node_submit(node);
+  name_heuristic_cuts();
   if (site.active) {
     char w[512];
     while (tpu_take_warning(w, sizeof w)) TORCH_WARN(w);
@@ -398,6 +399,7 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
       check(st);
     }
   }
+  name_heuristic_cuts();
   if (tpu_get_eager_mode() == TPU_EAGER_DEBUG) {
     char w[512];
     while (tpu_take_warning(w, sizeof w)) TORCH_WARN(w);
@@ -548,6 +550,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     }
     tpu_view_t dv = view_of(dst), sv = view_of(self);
     check(tpu_copy_math(&dv, &sv, conj, neg));  // libtpurt's copy node: broadcast + dtype cast
+    name_heuristic_cuts();
     return dst;
   }
   if (dst_tpu) {
@@ -557,6 +560,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     src = src.to(dst.scalar_type()).expand(dst.sizes()).contiguous();
     tpu_view_t v = view_of(dst);
     check(tpu_copy_from_host(&v, src.data_ptr()));
+    name_heuristic_cuts();
     return dst;
   }
   // tpu -> cpu: read src densely in its own dtype, then let CPU convert/stride.

@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <frameobject.h>
 
+#include <mutex>
 #include <string>
 
 #include "adapter.h"
@@ -14,7 +15,7 @@ static bool is_library_file(const char* f) {
 }
 
 std::string python_call_site() {
-  if (!Py_IsInitialized()) return "";
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return "";
   PyGILState_STATE gs = PyGILState_Ensure();
   std::string out;
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
@@ -37,6 +38,24 @@ std::string python_call_site() {
   if (PyErr_Occurred()) PyErr_Clear();
   PyGILState_Release(gs);
   return out.empty() ? fallback : out;
+}
+
+static std::mutex backward_mu;
+static std::string backward_site;
+
+void set_backward_site(const std::string& site) {
+  std::lock_guard<std::mutex> g(backward_mu);
+  backward_site = site;
+}
+
+void name_heuristic_cuts() {
+  if (!tpu_explain_needs_site()) return;
+  std::string site = python_call_site();
+  if (site.empty()) {  // the autograd engine's thread: no Python frames
+    std::lock_guard<std::mutex> g(backward_mu);
+    site = backward_site.empty() ? "autograd engine" : "backward of " + backward_site;
+  }
+  tpu_explain_fill_site(site.c_str());
 }
 
 ScopedSite::ScopedSite(bool on) : active(on) {

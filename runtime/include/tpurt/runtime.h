@@ -72,6 +72,7 @@ tpu_status_t tpu_flush(int device, const char* reason);
 typedef struct tpu_cut_record_s {
   char reason[96];
   char site[192];
+  char last_op[96];   /* the graph's last op ("aten::mm"): where the cut fell */
   int device;
   int nodes;          /* ops in the graph */
   int kernels;        /* kernels launched: fused groups + single ops */
@@ -87,6 +88,12 @@ typedef struct tpu_cut_record_s {
 int tpu_explain_count(void);
 bool tpu_explain_get(int i, tpu_cut_record_t* out);
 void tpu_explain_clear(void);
+/* Heuristic cuts (loop detection, the size limit) happen inside an op's submission, where
+ * the runtime knows no Python line. The adapter, after submitting an op, asks whether that
+ * made records on this thread without a call site, and supplies one (on an autograd
+ * engine thread: the line that started the backward pass). */
+bool tpu_explain_needs_site(void);
+void tpu_explain_fill_site(const char* site);
 /* Plans built since the last clear (cache misses) and cache hits. */
 void tpu_plan_cache_stats(uint64_t* out_plans, uint64_t* out_hits);
 

@@ -85,6 +85,12 @@ static uint64_t plans_built, plan_hits;
 
 static tpu_cut_record_t explain_log[EXPLAIN_CAP];
 static int explain_n;
+static uint64_t explain_gen; /* bumped by each clear: indexes of older records are stale */
+/* This thread's records still without a call site: [unsited_first, unsited_last] of
+ * generation unsited_gen, or unsited_first < 0. */
+static _Thread_local int unsited_first = -1, unsited_last;
+static _Thread_local uint64_t unsited_gen;
+static _Thread_local bool appending; /* cuts made while appending an op are heuristic */
 static pthread_mutex_t explain_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static double now_us(void) {
@@ -310,6 +316,7 @@ tpu_status_t tpu__graph_append(int device, tpu_node_t* n) {
   pending_t* p = &pend[device];
   tpu_status_t st = push_node(p, n);
   if (st) { pthread_mutex_unlock(&graph_mu); tpu__node_free(n); return st; }
+  appending = true;
   if (p->period && p->run >= p->period) {
     /* The last 2P ops are two copies of one period: cut any warm-up before them, then
      * each copy as its own graph; later copies are cut by the previous-graph rule. */
@@ -321,6 +328,7 @@ tpu_status_t tpu__graph_append(int device, tpu_node_t* n) {
     st = flush_locked(device, "loop detected: same ops as the previous graph", p->n);
   else if (p->n >= graph_max_nodes())
     st = flush_locked(device, "size limit (TORCHTPU_GRAPH_MAX_NODES)", p->n);
+  appending = false;
   pthread_mutex_unlock(&graph_mu);
   return st;
 }
@@ -713,6 +721,7 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   for (int i = p->last_site >= n ? n - 1 : -1; i >= 0 && !site; --i) site = g->nodes[i]->site;
   const char* cur = tpu__current_site();
   snprintf(rec.site, sizeof rec.site, "%s", cur ? cur : site ? site : "");
+  if (n > 0) snprintf(rec.last_op, sizeof rec.last_op, "%s", tpu__node_describe(g->nodes[n - 1]));
   rec.device = device;
   rec.nodes = n;
   rec.key = key;
@@ -731,7 +740,14 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   rec.plan_us = now_us() - t0;
   pthread_mutex_lock(&explain_mu);
   g->explain_index = explain_n < EXPLAIN_CAP ? explain_n : -1;
-  if (explain_n < EXPLAIN_CAP) explain_log[explain_n++] = rec;
+  if (explain_n < EXPLAIN_CAP) {
+    if (!rec.site[0] && appending) {
+      if (unsited_first < 0 || unsited_gen != explain_gen) unsited_first = explain_n;
+      unsited_last = explain_n;
+      unsited_gen = explain_gen;
+    }
+    explain_log[explain_n++] = rec;
+  }
   pthread_mutex_unlock(&explain_mu);
   /* Keep the remainder (after a loop cut) as the new pending graph. */
   p->last_chain = chain;
@@ -862,8 +878,20 @@ bool tpu_explain_get(int i, tpu_cut_record_t* out) {
   return ok;
 }
 
+bool tpu_explain_needs_site(void) { return unsited_first >= 0; }
+
+void tpu_explain_fill_site(const char* site) {
+  if (unsited_first < 0) return;
+  pthread_mutex_lock(&explain_mu);
+  for (int i = unsited_first; unsited_gen == explain_gen && i <= unsited_last && i < explain_n; ++i)
+    if (!explain_log[i].site[0]) snprintf(explain_log[i].site, sizeof explain_log[i].site, "%s", site ? site : "");
+  pthread_mutex_unlock(&explain_mu);
+  unsited_first = -1;
+}
+
 void tpu_explain_clear(void) {
   pthread_mutex_lock(&explain_mu);
+  explain_gen++;
   explain_n = 0;
   pthread_mutex_unlock(&explain_mu);
   pthread_mutex_lock(&graph_mu);
