@@ -49,17 +49,21 @@ static void store_block(tpu_operand_t* op, int64_t i0, int64_t len, tpu_dtype_t 
   if (p != (const char*)v) tpu__convert_run(p, op->dtype, 1, v, ct, 1, len);
 }
 
-/* The gradient as a step uses it, into gr: unscaled by grad_scale (and stored back, as
- * ATen's fused kernels store the unscaled gradient), negated for maximize. */
+/* The gradient as a step uses it: unscaled by grad_scale (and stored back, as ATen's
+ * fused kernels store the unscaled gradient), negated for maximize. Returns g itself when
+ * the step only reads it, else a copy in gr that the step may update (`writes`). */
 #define TAKE_GRAD(T)                                                                        \
-  TPU_ISA_CLONES static void take_grad_##T(bool scaled, bool maximize, T scale, T* restrict g, \
-                                           T* restrict gr, int64_t len) {                    \
+  TPU_ISA_CLONES static T* take_grad_##T(bool scaled, bool maximize, bool writes, T scale,  \
+                                         T* restrict g, T* restrict gr, int64_t len) {       \
     if (scaled)                                                                             \
       for (int64_t i = 0; i < len; ++i) g[i] = g[i] / scale;                                \
     if (maximize)                                                                           \
       for (int64_t i = 0; i < len; ++i) gr[i] = -g[i];                                      \
-    else                                                                                    \
+    else if (writes)                                                                        \
       for (int64_t i = 0; i < len; ++i) gr[i] = g[i];                                       \
+    else                                                                                    \
+      return g;                                                                             \
+    return gr;                                                                              \
   }
 TAKE_GRAD(float)
 TAKE_GRAD(double)
@@ -81,8 +85,8 @@ typedef struct adam_s {
     const T b1 = (T)a->beta1, b2 = (T)a->beta2, c1 = (T)(1 - a->beta1), c2 = (T)(1 - a->beta2); \
     const T wd = (T)a->wd, decay = (T)(1 - a->lr * a->wd), eps = (T)a->eps;                    \
     const T step = (T)a->step_size, bc2 = (T)a->bc2_sqrt, scale = (T)a->grad_scale;            \
-    T gr[BLOCK];                                                                              \
-    take_grad_##T(a->scaled, a->maximize, scale, g, gr, len);                                 \
+    T buf[BLOCK];                                                                             \
+    T* gr = take_grad_##T(a->scaled, a->maximize, a->wd != 0 && !a->adamw, scale, g, buf, len); \
     if (a->wd != 0 && a->adamw)                                                               \
       for (int64_t i = 0; i < len; ++i) p[i] = p[i] * decay;                                  \
     else if (a->wd != 0)                                                                      \
@@ -150,8 +154,8 @@ typedef struct sgd_s {
                                            T* restrict buf, int64_t len) {                   \
     const T lr = (T)a->lr, wd = (T)a->wd, mom = (T)a->momentum, damp = (T)(1 - a->dampening); \
     const T scale = (T)a->grad_scale;                                                       \
-    T gr[BLOCK];                                                                            \
-    take_grad_##T(a->scaled, a->maximize, scale, g, gr, len);                               \
+    T tmp[BLOCK];                                                                           \
+    T* gr = take_grad_##T(a->scaled, a->maximize, a->wd != 0 || a->has_buf, scale, g, tmp, len); \
     if (a->wd != 0)                                                                         \
       for (int64_t i = 0; i < len; ++i) gr[i] = gr[i] + p[i] * wd;                          \
     if (a->has_buf) {                                                                       \
