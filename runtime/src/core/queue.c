@@ -15,10 +15,11 @@
  * (and touch fresh pages for each).
  *
  * Small ops run inline: when the queue is idle and a node touches at most INLINE_BYTES
- * (an elementwise node the driver could fuse: INLINE_EW_BYTES, as its cost is its
- * memory traffic), the submitting thread runs it itself under the same execution lock
- * the worker holds, so order is kept, while a wake-up of the worker and two context
- * switches (5-20 microseconds, more than such an op) are saved. Its error is still
+ * of distinct memory (an elementwise node the driver could fuse, or a fused optimizer
+ * step: INLINE_EW_BYTES, as their cost is their memory traffic), the submitting thread
+ * runs it itself under the same execution lock the worker holds, so order is kept, while
+ * a wake-up of the worker and two context switches (5-20 microseconds, more than such an
+ * op) are saved. Its error is still
  * reported at the next synchronize, as if it had run on the queue. */
 #include <pthread.h>
 #include <stdio.h>
@@ -122,14 +123,29 @@ static queue_t* get_queue(int device) {
   return &queues[device];
 }
 
+/* Kinds whose cost is a few streaming passes over their operands, like an elementwise
+ * op's: the fused optimizer steps (a parameter's update reads and writes 4-5 tensors). */
+static bool streams(const tpu_node_t* n) {
+  switch (n->kind) {
+    case TPU_KIND_ADAM_STEP: case TPU_KIND_SGD_STEP: case TPU_KIND_AMP_UNSCALE: return true;
+    default: {
+      tpu_driver_t* drv = tpu__driver();
+      return drv->vt->can_fuse && drv->vt->can_fuse(drv, n);
+    }
+  }
+}
+
 static bool node_is_small(const tpu_node_t* n) {
   if (n->kind == TPU_KIND_GRAPH) return false;
-  tpu_driver_t* drv = tpu__driver();
-  int64_t limit = drv->vt->can_fuse && drv->vt->can_fuse(drv, n) ? INLINE_EW_BYTES : INLINE_BYTES;
+  int64_t limit = streams(n) ? INLINE_EW_BYTES : INLINE_BYTES;
   int64_t bytes = 0;
   for (int i = 0; i < n->n_in + n->n_out; ++i) {
     const tpu_operand_t* op = i < n->n_in ? &n->in[i] : &n->out[i - n->n_in];
     if (!op->value || op->ndim < 0) continue;
+    /* an in-place output is memory an input already counted */
+    bool counted = false;
+    for (int j = 0; j < n->n_in && i >= n->n_in && !counted; ++j) counted = n->in[j].value == op->value;
+    if (counted) continue;
     bytes += tpu__operand_numel(op) * (int64_t)tpu_dtype_size(op->dtype);
     if (bytes > limit) return false;
   }
