@@ -73,7 +73,7 @@ tpu_status_t tpu_copy_to_host(const tpu_view_t* src, void* dst) {
   if (!view_in_bounds(src))
     return tpu_status_make(TPU_INVALID_ARGUMENT, "copy from tpu: source view out of bounds");
   int device = src->storage->device;
-  TPU_RETURN_IF_ERROR(tpu_flush(device, "host read (.item(), .cpu(), print, ...)"));
+  TPU_RETURN_IF_ERROR(tpu__flush_for_sync(device, "host read (.item(), .cpu(), print, ...)"));
   TPU_RETURN_IF_ERROR(tpu_device_synchronize(device));
   TPU_RETURN_IF_ERROR(tpu__value_materialize(src->storage->value));
   int64_t numel = tpu_view_numel(src);

@@ -74,7 +74,11 @@ typedef struct pending_s {
   int last_site;       /* the last pending node with a call site (debug mode), or -1 */
   uint64_t last_chain; /* previous graph's shape chain and length */
   int last_len;
+  bool cut_due;        /* the pending ops repeat the previous graph: cut before the next
+                          op, or run here if a synchronize comes first */
 } pending_t;
+
+#define SAME_AS_PREVIOUS "loop detected: same ops as the previous graph"
 
 static pending_t pend[MAX_DEVICES];
 static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -314,18 +318,22 @@ tpu_status_t tpu__graph_append(int device, tpu_node_t* n) {
   }
   pthread_mutex_lock(&graph_mu);
   pending_t* p = &pend[device];
-  tpu_status_t st = push_node(p, n);
-  if (st) { pthread_mutex_unlock(&graph_mu); tpu__node_free(n); return st; }
   appending = true;
+  tpu_status_t st = p->cut_due ? flush_locked(device, SAME_AS_PREVIOUS, p->n) : NULL;
+  if (!st) st = push_node(p, n);
+  if (st) { appending = false; pthread_mutex_unlock(&graph_mu); tpu__node_free(n); return st; }
   if (p->period && p->run >= p->period) {
     /* The last 2P ops are two copies of one period: cut any warm-up before them, then
      * each copy as its own graph; later copies are cut by the previous-graph rule. */
     int period = p->period, start = p->n - 2 * period;
     if (start > 0) st = flush_locked(device, "ops before a detected loop", start);
     if (!st) st = flush_locked(device, "loop detected: the op stream repeated", period);
-    if (!st) st = flush_locked(device, "loop detected: same ops as the previous graph", period);
+    if (!st) st = flush_locked(device, SAME_AS_PREVIOUS, period);
   } else if (p->last_len && p->n == p->last_len && p->shape_chain == p->last_chain)
-    st = flush_locked(device, "loop detected: same ops as the previous graph", p->n);
+    /* Cut when the next op comes. A host read usually comes first (a loop reading its
+     * loss each step): then the graph runs on the reading thread (tpu__flush_for_sync)
+     * instead of waking the queue thread, which would then wake the reader. */
+    p->cut_due = true;
   else if (p->n >= graph_max_nodes())
     st = flush_locked(device, "size limit (TORCHTPU_GRAPH_MAX_NODES)", p->n);
   appending = false;
@@ -339,6 +347,24 @@ tpu_status_t tpu_flush(int device, const char* reason) {
   tpu_status_t st = pend[device].n ? flush_locked(device, reason, pend[device].n) : NULL;
   pthread_mutex_unlock(&graph_mu);
   return st;
+}
+
+/* While set, flush_locked hands its graph node here instead of queueing it. */
+static _Thread_local tpu_node_t** held_graph;
+
+tpu_status_t tpu__flush_for_sync(int device, const char* reason) {
+  if (device < 0 || device >= MAX_DEVICES) return NULL;
+  tpu_node_t* gn = NULL;
+  pthread_mutex_lock(&graph_mu);
+  held_graph = &gn;
+  tpu_status_t st = pend[device].n ? flush_locked(device, reason, pend[device].n) : NULL;
+  held_graph = NULL;
+  if (!gn) { pthread_mutex_unlock(&graph_mu); return st; }
+  /* graph_mu is released once the graph has its place in the queue (a graph another
+   * thread cuts next runs after it), and not held while it runs */
+  tpu_status_t qs = tpu__queue_run_here(device, gn, &graph_mu);
+  if (st) { tpu_status_free(qs); return st; }
+  return qs;
 }
 
 /* ---- planning ----------------------------------------------------------------------------- */
@@ -634,6 +660,8 @@ static uint64_t plan_key(const pending_t* p, int n, uint64_t flow) {
 
 static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   pending_t* p = &pend[device];
+  if (p->cut_due && upto == p->n) reason = SAME_AS_PREVIOUS; /* the cut the ops asked for */
+  p->cut_due = false;
   double t0 = now_us();
   int n = upto;
   /* Flow hash and key of the prefix: recomputed (ids, reference counts) when cutting
@@ -755,6 +783,7 @@ static tpu_status_t flush_locked(int device, const char* reason, int upto) {
   tpu_status_t st = restart_with(p, p->nodes + n, p->n - n);
   gn->kind = TPU_KIND_GRAPH;
   gn->graph = g;
+  if (held_graph) { *held_graph = gn; return st; }
   tpu_status_t qs = tpu__queue_push(device, gn, false);
   if (st) { tpu_status_free(qs); return st; }
   return qs;

@@ -3,6 +3,7 @@
 #ifndef TPURT_CORE_INTERNAL_H_
 #define TPURT_CORE_INTERNAL_H_
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -172,6 +173,13 @@ static inline int tpu__vmark_get(const tpu_vmark_t* m, const tpu_value_t* v) {
 tpu_status_t tpu__queue_submit(int device, tpu_node_t* node);
 /* Queues on the device's worker; wait: block until it ran and return its error. */
 tpu_status_t tpu__queue_push(int device, tpu_node_t* node, bool wait);
+/* For a node the caller waits for next (a graph cut at a host read): runs it on the
+ * calling thread when the queue is idle, else queues it. ordered_by, held by the caller
+ * (or NULL), is released once the node has its place in the queue's order. */
+tpu_status_t tpu__queue_run_here(int device, tpu_node_t* node, pthread_mutex_t* ordered_by);
+/* tpu_flush for a caller that synchronizes next: the cut graph runs on the calling thread
+ * when the queue is idle (two thread wake-ups saved per host read). */
+tpu_status_t tpu__flush_for_sync(int device, const char* reason);
 /* Runs one node through the driver with debug checks and the trace (queue thread). */
 tpu_status_t tpu__node_run(int device, tpu_node_t* node);
 extern _Atomic int tpu__eager_mode; /* tpu_eager_mode_t */

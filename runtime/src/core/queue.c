@@ -152,26 +152,35 @@ static bool node_is_small(const tpu_node_t* n) {
   return true;
 }
 
-tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) {
+/* here_ok: the caller waits for n next, so n runs on the calling thread whenever the
+ * queue is idle, whatever its size. ordered_by (may be NULL), a mutex the caller holds,
+ * is released once n has its place in the queue's order, before n runs. */
+static tpu_status_t push(int device, tpu_node_t* n, bool wait, bool here_ok, pthread_mutex_t* ordered_by) {
   queue_t* q = get_queue(device);
-  if (!q) { tpu__node_free(n); return tpu_status_make(TPU_INVALID_ARGUMENT, "bad device %d", device); }
+  if (!q) {
+    if (ordered_by) pthread_mutex_unlock(ordered_by);
+    tpu__node_free(n);
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "bad device %d", device);
+  }
   n->next = NULL;
   pthread_mutex_lock(&q->mu);
   if (!q->started) {
     if (pthread_create(&q->thread, NULL, worker, q) != 0) {
       pthread_mutex_unlock(&q->mu);
+      if (ordered_by) pthread_mutex_unlock(ordered_by);
       tpu__node_free(n);
       return tpu_status_make(TPU_UNAVAILABLE, "cannot start the queue thread of tpu:%d", device);
     }
     pthread_detach(q->thread);
     q->started = true;
   }
-  if (!wait && q->completed == q->submitted && node_is_small(n) &&
+  if (!wait && q->completed == q->submitted && (here_ok || node_is_small(n)) &&
       !pthread_equal(pthread_self(), q->thread)) {
     ++q->submitted;
     pthread_mutex_lock(&q->exec_mu); /* before q->mu is released: nothing queued after
                                         this node can start before it */
     pthread_mutex_unlock(&q->mu);
+    if (ordered_by) pthread_mutex_unlock(ordered_by);
     tpu_status_t st = tpu__node_run(device, n);
     pthread_mutex_unlock(&q->exec_mu);
     tpu__node_free(n);
@@ -186,6 +195,7 @@ tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) {
   q->tail = n;
   uint64_t ticket = ++q->submitted;
   pthread_cond_signal(&q->cv_work);
+  if (ordered_by) pthread_mutex_unlock(ordered_by);
   if (wait) {
     while (q->completed < ticket) pthread_cond_wait(&q->cv_done, &q->mu);
     tpu_status_t err = q->error;
@@ -197,6 +207,12 @@ tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) {
     while (q->submitted - q->completed > max_depth) pthread_cond_wait(&q->cv_done, &q->mu);
   pthread_mutex_unlock(&q->mu);
   return NULL;
+}
+
+tpu_status_t tpu__queue_push(int device, tpu_node_t* n, bool wait) { return push(device, n, wait, false, NULL); }
+
+tpu_status_t tpu__queue_run_here(int device, tpu_node_t* n, pthread_mutex_t* ordered_by) {
+  return push(device, n, false, true, ordered_by);
 }
 
 tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
@@ -216,7 +232,7 @@ tpu_status_t tpu_device_synchronize(int device) {
   if (device < 0 || device >= tpu_device_count())
     return tpu_status_make(TPU_INVALID_ARGUMENT, "invalid device index %d (device count %d)",
                            device, tpu_device_count());
-  tpu_status_t flushed = tpu_flush(device, "torch.tpu.synchronize() / host read");
+  tpu_status_t flushed = tpu__flush_for_sync(device, "torch.tpu.synchronize() / host read");
   queue_t* q = get_queue(device);
   pthread_mutex_lock(&q->mu);
   while (q->completed < q->submitted) pthread_cond_wait(&q->cv_done, &q->mu);
