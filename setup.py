@@ -34,6 +34,7 @@ setup(
     packages=find_packages(include=["torchtpu", "torchtpu.*"]),
     ext_modules=ext_modules,
     cmdclass={"build_ext": BuildExtension},
-    entry_points={"torch.backends": ["torchtpu = torchtpu:_autoload"]},
+    entry_points={"torch.backends": ["torchtpu = torchtpu:_autoload"],
+                  "torch_dynamo_backends": ["tpu = torchtpu.compile:tpu_backend"]},
     python_requires=">=3.10",
 )

@@ -34,7 +34,8 @@ def main():
             import importlib.metadata as md
             dist = md.distribution("torchtpu")
             direct = json.loads(dist.read_text("direct_url.json") or "{}")
-            registered = direct.get("url") == pathlib.Path(ROOT).as_uri()
+            registered = (direct.get("url") == pathlib.Path(ROOT).as_uri() and
+                          {ep.group for ep in dist.entry_points} >= {"torch.backends", "torch_dynamo_backends"})
         except Exception:
             registered = False
         if not registered:

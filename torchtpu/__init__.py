@@ -41,6 +41,8 @@ def _register() -> None:
 
 _register()
 modes._init_from_env()
+from . import compile as _compile  # noqa: E402
+_compile.install()
 
 
 def fallback_report() -> dict[str, int]:

@@ -598,17 +598,28 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
     return -1;
   }();
   if (index < 0) return static_cast<int64_t>(at::SDPBackend::math);
+  // torch.compile's tracing asks with FakeTensors, which have no device storage: the dry
+  // run then uses empty tpu tensors of the same sizes, strides and dtype.
+  auto with_storage = [](const at::Tensor& t) {
+    if (t.has_storage() && t.storage().device_type() == kTpu && storage_of(t)) return t;
+    // (made below the Python dispatch keys: under FakeTensorMode it would be fake too)
+    c10::impl::ExcludeDispatchKeyGuard real(
+        c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
+    int64_t extent = 1;
+    for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+    if (t.numel() == 0) extent = 0;
+    return at::empty({t.storage_offset() + extent}, t.options().device(at::Device(kTpu, t.device().index())))
+        .as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
   tpu_arg_t args[8] = {};
-  const at::Tensor* ts[3] = {&q, &k, &v};
-  for (int i = 0; i < 3; ++i) {
+  at::Tensor held[4];
+  const at::Tensor* ts[4] = {&q, &k, &v, mask && mask->defined() ? &*mask : nullptr};
+  for (int i = 0; i < 4; ++i) {
+    if (!ts[i]) continue;
     if (ts[i]->device().type() != kTpu || ts[i]->dim() > TPU_MAX_DIMS) return static_cast<int64_t>(at::SDPBackend::math);
+    held[i] = with_storage(*ts[i]);
     args[i].kind = TPU_ARG_TENSOR;
-    args[i].tensor = view_of(*ts[i]);
-  }
-  if (mask && mask->defined()) {
-    if (mask->device().type() != kTpu) return static_cast<int64_t>(at::SDPBackend::math);
-    args[3].kind = TPU_ARG_TENSOR;
-    args[3].tensor = view_of(*mask);
+    args[i].tensor = view_of(held[i]);
   }
   args[4].kind = TPU_ARG_DOUBLE; args[4].v.d = dropout_p;
   args[5].kind = TPU_ARG_BOOL; args[5].v.b = is_causal;

@@ -1,0 +1,79 @@
+"""torch.compile on the tpu device: the Dynamo backend "tpu".
+
+    model = torch.compile(model, backend="tpu")   # or plain torch.compile(model)
+
+Dynamo captures each region of the Python program; AOTAutograd turns the region into
+functional ATen graphs (the forward and, when gradients are needed, the backward, run by
+autograd as one node instead of op by op). Each graph runs on the device through the
+same IR nodes as eager execution, in the current eager mode: in defer_and_fuse (the
+default) a region's ops are cut, fused and memory-planned as graphs whose plans the
+runtime caches, so from the second call on a region does no planning. The Python-level
+work of the model (module calls, hooks, Python control flow) is gone from the step; the
+per-op dispatch of the ATen graph remains. There is no code generation.
+
+Inductor's own code generator for a device named "tpu" is Pallas (Google TPUs through
+JAX), which cannot run here: a plain `torch.compile(model)` (backend "inductor") of a
+region whose inputs are on tpu is compiled by this backend instead, so CUDA code moves
+to tpu without changing its torch.compile calls. Regions on other devices still go to
+Inductor.
+"""
+from __future__ import annotations
+
+import torch
+
+_installed = False
+
+
+def _has_tpu_input(inputs) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs)
+
+
+def _views_to_reshapes(gm: torch.fx.GraphModule) -> None:
+    """The graph was traced with PyTorch's meta functions, whose output strides can differ
+    from the runtime's kernels (e.g. the fused attention's meta output follows the
+    query's dim order; libtpurt's is contiguous), so a `view` that was valid while tracing
+    can be invalid on the device. The graph is functional (AOTAutograd removed mutation),
+    so a view and a reshape mean the same values: reshape copies only where the layout
+    requires it."""
+    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in views:
+            node.target = torch.ops.aten.reshape.default
+            changed = True
+    if changed:
+        gm.recompile()
+
+
+def _graph_runner(gm: torch.fx.GraphModule, example_inputs):
+    """AOTAutograd's compiler for one ATen graph: the graph itself, called with its
+    arguments as a list (the boxed convention, so inputs can be freed as they die)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+    _views_to_reshapes(gm)
+    return make_boxed_func(gm.forward)
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
+    """The Dynamo backend registered as "tpu"."""
+    from torch._dynamo.backends.common import aot_autograd
+    return aot_autograd(fw_compiler=_graph_runner, bw_compiler=_graph_runner)(gm, example_inputs)
+
+
+def install() -> None:
+    """Routes Inductor's regions with tpu inputs to the "tpu" backend. Called by `import
+    torchtpu`; imports nothing of torch._dynamo (the backend itself is registered through
+    the package's `torch_dynamo_backends` entry point, which Dynamo reads when it first
+    looks a backend up)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    inductor_call = torch._TorchCompileInductorWrapper.__call__
+
+    def __call__(self, model_, inputs_, **kw):
+        if _has_tpu_input(inputs_):
+            return tpu_backend(model_, inputs_)
+        return inductor_call(self, model_, inputs_, **kw)
+
+    __call__.__wrapped__ = inductor_call
+    torch._TorchCompileInductorWrapper.__call__ = __call__
