@@ -100,3 +100,20 @@ def test_compiled_in_every_eager_mode(no_fallback):
             with torchtpu.set_eager_mode(mode):
                 torch._dynamo.reset()
                 assert_close(torch.compile(model, backend="tpu")(x).cpu(), ref)
+
+
+def test_fake_tensors_reaching_kernels_raise_not_crash():
+    """FakeTensor tracing runs scaled_dot_product_attention's backend choice on tpu with
+    storage-less tensors (it answers from the layout: the fused kernel here), and a
+    FakeTensor that bypasses the fake mode into a tpu kernel raises a Python error instead
+    of crashing the process."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+    x = torch.randn(2, 2, 8, 4, device="tpu")
+    gm = make_fx(lambda q: torch.nn.functional.scaled_dot_product_attention(q, q, q),
+                 tracing_mode="fake")(x)
+    assert any("fused_attention_overrideable" in str(n.target) for n in gm.graph.nodes), gm.code
+    with FakeTensorMode() as mode:
+        f = mode.from_tensor(x)
+    with torch._C._DisableTorchDispatch(), pytest.raises(RuntimeError, match="without tpu storage"):
+        torch.ops.aten.add.Tensor(f, f)

@@ -33,6 +33,10 @@ tpu_view_t view_of(const at::Tensor& t) {
   TORCH_CHECK(nd <= TPU_MAX_DIMS, "tpu tensors support at most ", TPU_MAX_DIMS,
               " dimensions, got ", nd);
   v.storage = storage_of(t);
+  // A tensor without tpu memory (a FakeTensor or meta tensor that reached a tpu kernel)
+  // would crash libtpurt: refuse it with a Python error instead.
+  TORCH_CHECK(v.storage, "a tpu kernel got a tensor without tpu storage (", t.device(),
+              ", ", t.toString(), "): FakeTensor or meta tensors cannot run on the device");
   v.dtype = static_cast<tpu_dtype_t>(t.scalar_type());
   v.ndim = static_cast<int32_t>(nd);
   v.offset = t.storage_offset();
