@@ -147,6 +147,58 @@ def test_out_of_memory_raises_and_recovers():
     assert "OOM True" in out.stdout
 
 
+def test_set_per_process_memory_fraction(strict_mode):
+    torch.tpu.synchronize()
+    torch.tpu.empty_cache()
+    total = torch.tpu.get_device_properties().total_memory
+    try:
+        torch.tpu.set_per_process_memory_fraction(0.001)
+        assert torch.tpu.memory_stats()["capacity_bytes"] == int(0.001 * total)
+        with pytest.raises(torch.OutOfMemoryError, match="capacity"):
+            torch.empty(int(0.002 * total) // 4 + 1, device="tpu")
+    finally:
+        torch.tpu.set_per_process_memory_fraction(1.0)
+    assert torch.ones(1000, device="tpu").sum().item() == 1000.0
+    with pytest.raises(ValueError, match="fraction"):
+        torch.tpu.set_per_process_memory_fraction(1.5)
+    assert "allocated" in torch.tpu.memory_summary() and "capacity" in torch.tpu.memory_summary()
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse", "debug"])
+def test_events_time_the_device_work_between_them(mode):
+    """torch.tpu.Event as torch.cuda.Event: record() places a marker after the work queued
+    so far; elapsed_time() is the device time between two markers. A deferred graph is cut
+    at record, so the work runs and is inside the interval."""
+    import time
+    x = torch.randn(384, 384, device="tpu")
+    start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+    assert end.query()  # never recorded: nothing to wait for
+    with torchtpu.set_eager_mode(mode):
+        torch.tpu.synchronize()
+        t0 = time.perf_counter()
+        start.record()
+        y = x
+        for _ in range(10):
+            y = y @ x / 384
+        end.record()
+        end.synchronize()
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        ms = start.elapsed_time(end)
+        assert end.query()
+    assert 0 < ms <= wall_ms + 1e-3  # the markers ran inside this interval, after the work
+    assert torch.isfinite(y).all().item()
+    # the generic torch.Event / torch.Stream APIs reach the same implementation
+    s = torch.tpu.Stream()
+    assert isinstance(s, torch.Stream) and s.device.type == "tpu"
+    e = torch.Event(device="tpu", enable_timing=True)
+    e.record(s)
+    s.wait_event(e)
+    s.synchronize()
+    assert e.query() and s.query()
+    with pytest.raises((RuntimeError, ValueError), match="recorded"):
+        torch.tpu.Event(enable_timing=True).elapsed_time(end)
+
+
 def test_bad_device_index():
     with pytest.raises(RuntimeError, match="device"):
         torch.ones(2, device="tpu:7")

@@ -144,6 +144,15 @@ def empty_cache() -> None:
     _C._empty_cache()
 
 
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Caps this process's caching pool at fraction of the device's memory; allocations
+    beyond it raise torch.OutOfMemoryError (as with CUDA)."""
+    if not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    idx = _index(device)
+    _C._set_capacity(idx, int(fraction * get_device_properties(idx).total_memory))
+
+
 def mem_get_info(device=None) -> tuple[int, int]:
     s = _C._memory_stats(_index(device))
     return s["capacity_bytes"] - s["reserved_bytes"], s["capacity_bytes"]
@@ -202,15 +211,69 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return True
 
 
-# ---- streams (one in-order queue per device) --------------------------------------------
-def current_stream(device=None) -> torch.Stream:
-    return torch.Stream(device=torch.device("tpu", _index(device)))
+# ---- streams and events (one in-order queue per device) ---------------------------------
+class Stream(torch.Stream):
+    """torch.cuda.Stream's counterpart. Every stream of a device is its one in-order queue,
+    so work on two streams is ordered as if on one: wait_stream / wait_event always hold,
+    and code written for several CUDA streams stays correct (it just does not overlap)."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
 
 
-def default_stream(device=None) -> torch.Stream:
-    return current_stream(device)
+class Event:
+    """torch.cuda.Event's counterpart: a marker in the device's queue. record() cuts a
+    pending defer_and_fuse graph and queues the marker; it completes, with a timestamp,
+    once everything queued before it has run, so elapsed_time() measures device time
+    between two records."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        self._event = torch.Event(device="tpu", enable_timing=enable_timing, blocking=blocking,
+                                  interprocess=interprocess)
+
+    def record(self, stream=None) -> None:
+        self._event.record(stream if stream is not None else current_stream())
+
+    def wait(self, stream=None) -> None:
+        self._event.wait(stream if stream is not None else current_stream())
+
+    def query(self) -> bool:
+        return self._event.query()
+
+    def synchronize(self) -> None:
+        self._event.synchronize()
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        """Milliseconds from this event's completion to end_event's."""
+        return self._event.elapsed_time(end_event._event)
+
+    def __repr__(self):
+        return f"<torch.tpu.Event {self._event!r}>"
+
+
+def current_stream(device=None) -> Stream:
+    return Stream(device)
+
+
+def default_stream(device=None) -> Stream:
+    return Stream(device)
 
 
 @contextlib.contextmanager
 def stream(s):
+    """Makes s current (a no-op: every stream is the device's one queue)."""
     yield s
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A printable table of memory_stats()."""
+    s = memory_stats(device)
+    mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
+    rows = [("allocated", mib(s["allocated_bytes.all.current"]), mib(s["allocated_bytes.all.peak"])),
+            ("reserved (caching pool)", mib(s["reserved_bytes.all.current"]), mib(s["reserved_bytes.all.peak"])),
+            ("allocations / frees", str(s["allocation.all.allocated"]), str(s["allocation.all.freed"])),
+            ("out-of-memory errors", str(s["num_ooms"]), ""),
+            ("capacity", mib(s["capacity_bytes"]), "")]
+    lines = [f"tpu:{_index(device)} memory summary", f"{'':26}{'current':>16}{'peak':>16}"]
+    lines += [f"{name:26}{cur:>16}{peak:>16}" for name, cur, peak in rows]
+    return "\n".join(lines)

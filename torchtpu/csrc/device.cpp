@@ -206,8 +206,9 @@ int64_t draw_seed(const std::optional<at::Generator>& gen, c10::DeviceIndex d) {
 }
 
 // ---- device guard -----------------------------------------------------------------------
-// One in-order queue per device: the default stream. Events record nothing more than
-// "everything queued so far", which synchronize waits for.
+// One in-order queue per device: every stream is the default stream (ordering between
+// "streams" is then stronger than CUDA's, never weaker). Events are libtpurt markers in
+// that queue, with completion times for elapsed_time.
 struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
   c10::DeviceType type() const override { return kType; }
@@ -221,28 +222,45 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.index() >= 0 && d.index() < tpu_device_count()) tls_device = d.index();
   }
+  static c10::Device indexed(c10::Device d) {  // torch.Stream(device="tpu") has no index
+    return d.has_index() ? d : c10::Device(kType, current_device());
+  }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(d));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(d));
   }
   c10::Stream getNewStream(c10::Device d, int) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, indexed(d));
   }
   c10::Stream exchangeStream(c10::Stream s) const override { return s; }
   c10::DeviceIndex deviceCount() const noexcept override {
     return static_cast<c10::DeviceIndex>(tpu_device_count());
   }
-  void record(void** event, const c10::Stream&, const c10::DeviceIndex, const c10::EventFlag) const override {
-    if (!*event) *event = reinterpret_cast<void*>(1);
+  void record(void** event, const c10::Stream& s, const c10::DeviceIndex, const c10::EventFlag) const override {
+    if (!*event) {
+      *event = tpu_event_create();
+      TORCH_CHECK(*event, "tpu: host out of memory creating an event");
+    }
+    check(tpu_event_record(static_cast<tpu_event_t*>(*event), s.device_index()));
   }
   void block(void*, const c10::Stream&) const override {}  // one in-order queue
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
-  bool queryStream(const c10::Stream&) const override { return true; }
+  bool queryEvent(void* e) const override { return !e || tpu_event_query(static_cast<tpu_event_t*>(e)); }
+  void destroyEvent(void* e, const c10::DeviceIndex) const noexcept override {
+    tpu_event_destroy(static_cast<tpu_event_t*>(e));
+  }
+  bool queryStream(const c10::Stream& s) const override { return tpu_device_query(s.device_index()); }
   void synchronizeStream(const c10::Stream& s) const override { check(tpu_device_synchronize(s.device_index())); }
-  void synchronizeEvent(void*) const override { check(tpu_device_synchronize(current_device())); }
+  void synchronizeEvent(void* e) const override {
+    if (e) check(tpu_event_synchronize(static_cast<tpu_event_t*>(e)));
+  }
+  double elapsedTime(void* a, void* b, const c10::DeviceIndex) const override {
+    TORCH_CHECK(a && b, "elapsed_time: both events must be recorded first");
+    double ms = 0;
+    check(tpu_event_elapsed_ms(static_cast<tpu_event_t*>(a), static_cast<tpu_event_t*>(b), &ms));
+    return ms;
+  }
   void synchronizeDevice(const c10::DeviceIndex d) const override { check(tpu_device_synchronize(d)); }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };

@@ -46,6 +46,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_memory_stats", &memory_stats);
   m.def("_reset_peak", [](int d) { tpu_memory_reset_peak(d); });
+  m.def("_set_capacity", [](int d, uint64_t bytes) { check(tpu_memory_set_capacity(d, bytes)); });
   m.def("_empty_cache", [] { device_allocator()->emptyCache(); });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(

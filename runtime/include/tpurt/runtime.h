@@ -66,6 +66,9 @@ bool tpu_take_warning(char* buf, size_t cap);
 /* Cuts the device's pending graph (no-op outside defer_and_fuse) and queues it. reason
  * is copied into the explain log, with the current call site. */
 tpu_status_t tpu_flush(int device, const char* reason);
+/* True when everything submitted to the device has run (cuts a pending graph first, so
+ * that a caller polling for completion sees it). */
+bool tpu_device_query(int device);
 
 /* One record per cut graph, for torchtpu.explain(). Times in microseconds; run_us is
  * filled in when the graph has run (0 before). */
@@ -112,6 +115,21 @@ void tpu_trace_clear(void);
 /* The adapter records an op that ran through the CPU fallback (debug mode only). */
 void tpu_trace_fallback(const char* op, double us);
 
+/* ---- events (torch.Event, torch.tpu.Event) ------------------------------------------ */
+/* A place in a device's queue. Recording cuts a pending defer_and_fuse graph and queues a
+ * marker behind everything submitted so far; the event completes, with a timestamp, when
+ * the marker runs. Re-recording moves the event to the new place. */
+typedef struct tpu_event_s tpu_event_t;
+tpu_event_t* tpu_event_create(void); /* NULL on host OOM */
+void tpu_event_destroy(tpu_event_t* e);
+tpu_status_t tpu_event_record(tpu_event_t* e, int device);
+/* True when the last record has completed, or the event was never recorded. */
+bool tpu_event_query(const tpu_event_t* e);
+/* Waits for the last record to complete; returns the device's pending error, if any. */
+tpu_status_t tpu_event_synchronize(tpu_event_t* e);
+/* Milliseconds between the completions of a's and b's last records. */
+tpu_status_t tpu_event_elapsed_ms(const tpu_event_t* a, const tpu_event_t* b, double* out_ms);
+
 /* ---- memory ----------------------------------------------------------------------- */
 
 typedef struct tpu_memory_stats_s {
@@ -120,6 +138,9 @@ typedef struct tpu_memory_stats_s {
 } tpu_memory_stats_t;
 tpu_status_t tpu_memory_stats(int device, tpu_memory_stats_t* out_stats);
 void tpu_memory_reset_peak(int device);
+/* Sets the pool's capacity (torch.tpu.set_per_process_memory_fraction): later requests
+ * beyond it fail with TPU_OUT_OF_MEMORY; cached blocks above it are returned now. */
+tpu_status_t tpu_memory_set_capacity(int device, uint64_t bytes);
 /* Returns cached, unused blocks to the host. */
 void tpu_memory_empty_cache(int device);
 

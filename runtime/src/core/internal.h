@@ -91,8 +91,14 @@ struct tpu_node_s {
   uint32_t runtime_ia;            /* bit i: ia[i] is a run-time value (a seed), like a
                                      scalar operand: not part of a graph's structure */
   struct tpu_graph_s* graph;      /* kind GRAPH: the cut graph this node runs */
+  struct tpu_event_s* event;      /* kind MARKER: the event it completes (a reference) */
+  uint64_t event_seq;             /* ... as of this record of it */
   struct tpu_node_s* next;        /* queue link */
 };
+
+/* Runs a MARKER node: completes its event (core/event.c). */
+void tpu__marker_run(tpu_node_t* n);
+void tpu__event_unref(struct tpu_event_s* e);
 
 #define TPU_NODE_DEBUG 1u /* debug mode: check outputs, record in the trace */
 

@@ -149,6 +149,19 @@ tpu_status_t tpu_memory_stats(int device, tpu_memory_stats_t* out) {
   return NULL;
 }
 
+tpu_status_t tpu_memory_set_capacity(int device, uint64_t bytes) {
+  if (device < 0 || device >= tpu_device_count())
+    return tpu_status_make(TPU_INVALID_ARGUMENT, "invalid device index %d (device count %d)",
+                           device, tpu_device_count());
+  pool_t* p = get_pool(device);
+  pthread_mutex_lock(&p->mu);
+  p->capacity = bytes;
+  p->st.capacity = bytes;
+  if (p->st.reserved > bytes) release_cache_locked(device, p); /* what is in use stays */
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
 void tpu_memory_reset_peak(int device) {
   pool_t* p = get_pool(device);
   if (!p) return;

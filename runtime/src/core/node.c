@@ -74,6 +74,8 @@ void tpu__node_free(tpu_node_t* n) {
   tpu__free(n->site);
   tpu__free(n->then);
   n->then = NULL;
+  tpu__event_unref(n->event);
+  n->event = NULL;
   n->next = freed_head;
   freed_head = n;
   if (++freed_n < NODE_BATCH) return;

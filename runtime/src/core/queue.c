@@ -72,6 +72,7 @@ _Atomic int tpu__eager_mode = TPU_EAGER_STRICT;
 
 tpu_status_t tpu__node_run(int device, tpu_node_t* n) {
   if (n->kind == TPU_KIND_GRAPH) return tpu__graph_run(device, n->graph);
+  if (n->kind == TPU_KIND_MARKER) { tpu__marker_run(n); return NULL; }
   struct timespec t0, t1;
   bool debug = n->flags & TPU_NODE_DEBUG;
   if (debug) clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -226,6 +227,18 @@ tpu_status_t tpu__queue_submit(int device, tpu_node_t* n) {
     default:
       return tpu__queue_push(device, n, launch_blocking);
   }
+}
+
+bool tpu_device_query(int device) {
+  if (device < 0 || device >= tpu_device_count()) return true;
+  tpu_status_t st = tpu_flush(device, "stream query (torch.Stream.query)"); /* else it never completes */
+  bool failed = st != NULL;
+  tpu_status_free(st); /* (a planning error surfaces at the next synchronize as well) */
+  queue_t* q = get_queue(device);
+  pthread_mutex_lock(&q->mu);
+  bool idle = q->completed == q->submitted;
+  pthread_mutex_unlock(&q->mu);
+  return idle || failed;
 }
 
 tpu_status_t tpu_device_synchronize(int device) {
