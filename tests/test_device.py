@@ -156,8 +156,10 @@ def test_set_per_process_memory_fraction(strict_mode):
         assert torch.tpu.memory_stats()["capacity_bytes"] == int(0.001 * total)
         with pytest.raises(torch.OutOfMemoryError, match="capacity"):
             torch.empty(int(0.002 * total) // 4 + 1, device="tpu")
+        assert torch.tpu.get_device_properties().total_memory == total  # a limit, not the device
     finally:
         torch.tpu.set_per_process_memory_fraction(1.0)
+    assert torch.tpu.memory_stats()["capacity_bytes"] == total
     assert torch.ones(1000, device="tpu").sum().item() == 1000.0
     with pytest.raises(ValueError, match="fraction"):
         torch.tpu.set_per_process_memory_fraction(1.5)

@@ -154,8 +154,8 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
-    s = _C._memory_stats(_index(device))
-    return s["capacity_bytes"] - s["reserved_bytes"], s["capacity_bytes"]
+    s = _C._memory_stats(_index(device))  # free: what this process may still reserve
+    return s["capacity_bytes"] - s["reserved_bytes"], get_device_properties(device).total_memory
 
 
 # ---- random -------------------------------------------------------------------------

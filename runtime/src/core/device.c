@@ -18,9 +18,7 @@ tpu_status_t tpu_device_props(int device, tpu_device_props_t* out) {
     return tpu_status_make(TPU_INVALID_ARGUMENT, "invalid device index %d (device count %d)",
                            device, tpu_device_count());
   TPU_RETURN_IF_ERROR(tpu__driver()->vt->props(tpu__driver(), device, out));
-  tpu_memory_stats_t st;
-  TPU_RETURN_IF_ERROR(tpu_memory_stats(device, &st));
-  out->total_memory = st.capacity;
+  out->total_memory = tpu__pool_hbm(device); /* (a process limit does not change it) */
   return NULL;
 }
 

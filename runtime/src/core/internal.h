@@ -179,6 +179,8 @@ static inline int tpu__vmark_get(const tpu_vmark_t* m, const tpu_value_t* v) {
 tpu_status_t tpu__queue_submit(int device, tpu_node_t* node);
 /* Queues on the device's worker; wait: block until it ran and return its error. */
 tpu_status_t tpu__queue_push(int device, tpu_node_t* node, bool wait);
+/* The device memory the pool models (TORCHTPU_HBM_BYTES or the driver's figure). */
+uint64_t tpu__pool_hbm(int device);
 /* For a node the caller waits for next (a graph cut at a host read): runs it on the
  * calling thread when the queue is idle, else queues it. ordered_by, held by the caller
  * (or NULL), is released once the node has its place in the queue's order. */

@@ -19,7 +19,8 @@ typedef struct free_block_s { struct free_block_s* next; void* ptr; } free_block
 typedef struct pool_s {
   pthread_mutex_t mu;
   bool init;
-  uint64_t capacity;
+  uint64_t hbm;      /* the device's memory: TORCHTPU_HBM_BYTES or the driver's figure */
+  uint64_t capacity; /* this process's limit: hbm unless set_per_process_memory_fraction */
   tpu_memory_stats_t st;
   free_block_t* free_lists[NUM_CLASSES];
 } pool_t;
@@ -46,7 +47,7 @@ static pool_t* get_pool(int device) {
   pthread_mutex_lock(&pools_mu);
   if (!p->init) {
     pthread_mutex_init(&p->mu, NULL);
-    p->capacity = default_capacity();
+    p->hbm = p->capacity = default_capacity();
     p->st.capacity = p->capacity;
     p->init = true;
   }
@@ -147,6 +148,11 @@ tpu_status_t tpu_memory_stats(int device, tpu_memory_stats_t* out) {
   *out = p->st;
   pthread_mutex_unlock(&p->mu);
   return NULL;
+}
+
+uint64_t tpu__pool_hbm(int device) {
+  pool_t* p = get_pool(device);
+  return p ? p->hbm : 0;
 }
 
 tpu_status_t tpu_memory_set_capacity(int device, uint64_t bytes) {
