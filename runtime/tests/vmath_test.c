@@ -16,6 +16,24 @@ static double ulps(float got, double exact) {
 
 static double one_plus_erf(double x) { return x < 0 ? erfc(-x) : 1.0 + erf(x); }
 static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double gelu(double x) { return 0.5 * x * erfc(-x / sqrt(2.0)); }
+static double gelu_grad(double x) { return 0.5 * erfc(-x / sqrt(2.0)) + x * exp(-0.5 * x * x) / sqrt(2 * M_PI); }
+
+/* The gradient crosses zero near x = -0.75, where no float formula keeps relative
+ * accuracy: its error is measured in ulps of its larger term, the CDF. */
+static double worst_grad(float lo, float hi) {
+  double w = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    float x = lo + (hi - lo) * (float)i / 2000000.0f;
+    double e = gelu_grad((double)x), cdf = 0.5 * erfc(-x / sqrt(2.0));
+    double scale = fabs(e) > cdf ? e : cdf;
+    double ulp = ldexp(1.0, ilogb(scale) - 23);
+    if (fabs(scale) < FLT_MIN) ulp = ldexp(1.0, -149);
+    double u = fabs((double)tpu__vgelu_gradf(x) - e) / ulp;
+    if (u > w) w = u;
+  }
+  return w;
+}
 
 static double worst(float (*f)(float), double (*ref)(double), float lo, float hi) {
   double w = 0;
@@ -39,6 +57,9 @@ int main(void) {
    * x^2 rounded to float, so the error grows like x^2 / 2 ulp far out. */
   CHECK((w = worst(tpu__vone_plus_erff, one_plus_erf, -3.0f, 6.0f)) <= 12); printf("1+erf  %.2f ulp\n", w);
   CHECK((w = worst(tpu__vone_plus_erff, one_plus_erf, -10.0f, -3.0f)) <= 80); printf("1+erf  %.2f ulp (x < -3)\n", w);
+  /* GELU from x (x^2 / 2 formed exactly), forward down to where it underflows */
+  CHECK((w = worst(tpu__vgeluf, gelu, -15.0f, 8.0f)) <= 8); printf("gelu   %.2f ulp\n", w);
+  CHECK((w = worst_grad(-15.0f, 8.0f)) <= 8); printf("gelu'  %.2f ulp (of the larger term)\n", w);
   /* near zero: relative accuracy, not just absolute */
   CHECK(worst(tpu__verff, erf, -1e-3f, 1e-3f) <= 3); /* 2/sqrt(pi) itself is 0.5 ulp off in float */
   CHECK(worst(tpu__vtanhf, tanh, -1e-3f, 1e-3f) <= 2);
@@ -51,5 +72,15 @@ int main(void) {
   CHECK(tpu__vsigmoidf(-INFINITY) == 0 && tpu__vsigmoidf(INFINITY) == 1 && isnan(tpu__vsigmoidf(NAN)));
   CHECK(tpu__vone_plus_erff(-INFINITY) == 0 && tpu__vone_plus_erff(INFINITY) == 2);
   CHECK(signbit(tpu__verff(-0.0f)) && signbit(tpu__vtanhf(-0.0f)));
+  /* -inf * 0 in the formula, as in PyTorch's CPU kernels (which give NaN at +inf too) */
+  CHECK(tpu__vgeluf(INFINITY) == INFINITY && isnan(tpu__vgeluf(-INFINITY)) && tpu__vgeluf(0) == 0);
+  CHECK(isnan(tpu__vgelu_gradf(INFINITY)) && isnan(tpu__vgelu_gradf(-INFINITY)) && tpu__vgelu_gradf(0) == 0.5f);
+  /* NaNs with payload bits (the exponent-field add in e^x must not turn them into numbers) */
+  uint32_t nan_bits[4] = {0x7fc00000u, 0xffc00000u, 0x7fc00003u, 0x7fffffffu};
+  for (int i = 0; i < 4; ++i) {
+    float q = tpu__f32_from_bits(nan_bits[i]);
+    CHECK(isnan(tpu__vexpf(q)) && isnan(tpu__verff(q)) && isnan(tpu__vtanhf(q)) && isnan(tpu__vsigmoidf(q)));
+    CHECK(isnan(tpu__vone_plus_erff(q)) && isnan(tpu__vgeluf(q)) && isnan(tpu__vgelu_gradf(q)));
+  }
   TEST_MAIN_END();
 }
