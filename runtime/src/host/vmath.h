@@ -10,6 +10,7 @@
 #ifndef TPU_HOST_VMATH_H_
 #define TPU_HOST_VMATH_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -170,6 +171,29 @@ TPU_VINLINE float tpu__vgelu_gradf(float x) {
   float hx = 0.5f * x;
   float c2 = tpu__vgelu_cdf2(hx, &e);
   return TPU_FMAF(hx * 0.79788456f, e, 0.5f * c2);
+}
+
+/* GELU's tanh form, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), as
+ * x s with s = 1 / (1 + e^{-2u}) (the same function: (1 + tanh u) / 2 is the logistic of
+ * 2u): one exp and one division, no polynomial for small u and no select, and no
+ * cancellation in 1 + tanh u for negative x. -2u = x (-2 beta - 2 beta kappa x^2). The
+ * derivative: s + x (1 - tanh^2 u) / 2 * u' = s (1 + 2 x u' e s), since 1 - s = e s. */
+TPU_VINLINE float tpu__vgelu_tanh_m2u(float x) {
+  return x * TPU_FMAF(x * x, -0.0713548162726f, -1.59576912160573f);
+}
+TPU_VINLINE float tpu__vgelu_tanhf(float x) {
+  float y = x / (1.0f + tpu__vexpf(tpu__vgelu_tanh_m2u(x)));
+  return x == -__builtin_inff() ? x - x : y; /* -inf * 0, NaN as in PyTorch's kernel */
+}
+TPU_VINLINE float tpu__vgelu_tanh_gradf(float x) {
+  float m2u = tpu__vgelu_tanh_m2u(x);
+  bool tiny = m2u > 88.0f; /* x < -10.3: the gradient is below 2e-36 in size */
+  float e = tpu__vexpf(tiny ? 88.0f : m2u);
+  float s = 1.0f / (1.0f + e);
+  float du = TPU_FMAF(x * x, 0.10703222440890f, 0.79788456080287f); /* beta (1 + 3 kappa x^2) */
+  float y = s * TPU_FMAF(2.0f * x * du, e * s, 1.0f);
+  y = tiny ? 0.0f : y;
+  return __builtin_fabsf(x) == __builtin_inff() ? x - x : y; /* NaN, as PyTorch's formula gives */
 }
 
 /* tanh: odd polynomial below 0.625, 1 - 2 / (e^{2|x|} + 1) above (exact 1 past 9.1). */
