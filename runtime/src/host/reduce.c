@@ -521,7 +521,9 @@ ROW_MAX(double, f64, v8d, v8l, 8)
  * best of alternating runs against the previous build on a shared 2-core machine
  * (GB/s of ideal traffic; copy 19-23 GB/s in the same runs): softmax 7.7 -> 14.7,
  * log_softmax 7.1 -> 13.7, softmax backward 9.7 -> 16.8 (its sum(g * y) was a chain of
- * dependent double adds, ~4 cycles an element). Tried without gain: prefetching the next
+ * dependent double adds, ~4 cycles an element). CPU time per element (one thread, robust
+ * to the machine's other load): softmax 1.03 -> 0.54 ns, log_softmax 1.11 -> 0.58,
+ * softmax backward 1.21 -> 0.70, copy 0.33-0.42. Tried without gain: prefetching the next
  * output row for writing during the exp pass (-2%), and storing no exponentials in
  * log_softmax (the output lines were then fetched in the last pass: 13.0 -> 10.8). */
 /* e^(x - m) with m the finite row max: x - m is in [-inf, 0], never NaN, so one clamp

@@ -18,7 +18,12 @@
  * counts is operations per element: FMA steps (half of mul + add), one erfc region instead
  * of two evaluated together, the exponent of 2^n added as an integer, no NaN select
  * where NaN propagates anyway. The one division left in erfc costs ~10% of gelu (measured
- * by replacing it with a multiply); a Newton reciprocal costs more FMA-pipe operations. */
+ * by replacing it with a multiply); a Newton reciprocal costs more FMA-pipe operations.
+ * Instructions in the AVX-512 loop per 16 elements: gelu 101 -> 55, its backward
+ * 151 -> 58, gelu_tanh 103 -> 41, its backward 114 -> 56, exp 49 -> 34.
+ * End to end on 16M floats (CPU time per element of the whole op, one pool thread, which
+ * other load on the shared machine hardly moves, unlike wall time): gelu 1.25 -> 0.64 ns,
+ * its backward 1.89 -> 0.72, gelu_tanh 1.31 -> 0.51, against 0.33-0.42 for a copy. */
 #ifndef TPU_HOST_VMATH_H_
 #define TPU_HOST_VMATH_H_
 
