@@ -122,13 +122,22 @@ static double erfinv_d(double y) {
 }
 
 #define SIGMOID(a) ((T)1 / ((T)1 + TPU_VEXP(-(a))))
-static inline double one_plus_erf_d(double x) { return 1.0 + erf(x); }
-#define ONE_PLUS_ERF(x) _Generic((x), float: tpu__vone_plus_erff, default: one_plus_erf_d)(x)
+static inline double gelu_d(double x) { return x * 0.5 * (1.0 + erf(x * 0.70710678118654752440)); }
+static inline double gelu_grad_d(double x) {
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+}
+#define GELU(x) _Generic((x), float: tpu__vgeluf, default: gelu_d)(x)
+#define GELU_GRAD(x) _Generic((x), float: tpu__vgelu_gradf, default: gelu_grad_d)(x)
+static inline double gelu_tanh_d(double x) {
+  return 0.5 * x * (1.0 + tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x)));
+}
+static inline double gelu_tanh_grad_d(double x) {
+  double th = tanh(0.79788456080286535588 * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * 0.79788456080286535588 * (1.0 + 3.0 * 0.044715 * x * x);
+}
+#define GELU_TANH(x) _Generic((x), float: tpu__vgelu_tanhf, default: gelu_tanh_d)(x)
+#define GELU_TANH_GRAD(x) _Generic((x), float: tpu__vgelu_tanh_gradf, default: gelu_tanh_grad_d)(x)
 #define RND(a) nearbyint(a)
-#define M_SQRT1_2_T ((T)0.70710678118654752440)
-#define GELU_BETA ((T)0.79788456080286535588) /* sqrt(2/pi) */
-#define GELU_KAPPA ((T)0.044715)
-#define INV_SQRT_2PI ((T)0.39894228040143267794)
 
 /* ---- existing arithmetic and comparisons -------------------------------------------- */
 TILE_FI(add, 2, a + p0 * b, UADD(a, UMUL(p0, b)))
@@ -189,8 +198,8 @@ TILE_FI(isposinf, 1, a == (T)INFINITY, 0)
 TILE_FI(isneginf, 1, a == -(T)INFINITY, 0)
 TILE_FI(signbit, 1, signbit(a) != 0, a < 0)
 TILE_FI(nan_to_num, 1, a != a ? p0 : a == (T)INFINITY ? p1 : a == -(T)INFINITY ? p2 : a, a)
-TILE_F(gelu, 1, a * (T)0.5 * ONE_PLUS_ERF(a * M_SQRT1_2_T))
-TILE_F(gelu_tanh, 1, (T)0.5 * a * ((T)1 + TPU_VTANH(GELU_BETA * (a + GELU_KAPPA * a * a * a))))
+TILE_F(gelu, 1, GELU(a))
+TILE_F(gelu_tanh, 1, GELU_TANH(a))
 TILE_F(silu, 1, a / ((T)1 + TPU_VEXP(-a)))
 #define CLAMP2(x, lo, hi) ((x) < (lo) ? (lo) : (x)) > (hi) ? (hi) : ((x) < (lo) ? (lo) : (x))
 TILE_FI(hardtanh, 1, (CLAMP2(a, p0, p1)), (CLAMP2(a, p0, p1)))
@@ -280,12 +289,8 @@ static void clamp_i64(int64_t n, void* o, const void* const* in, const tpu_node_
 
 /* ---- activation backward: a = grad_output, b = self (or result) ----------------------- */
 TILE_FI(threshold_bw, 2, b <= p0 ? (T)0 : a, b <= p0 ? 0 : a)
-TILE_F(gelu_bw, 2, a * ((T)0.5 * ONE_PLUS_ERF(b * M_SQRT1_2_T) + b * INV_SQRT_2PI * TPU_VEXP((T)-0.5 * b * b)))
-TILE_F(gelu_tanh_bw, 2,
-       a * ((T)0.5 * ((T)1 + TPU_VTANH(GELU_BETA * (b + GELU_KAPPA * b * b * b))) +
-            (T)0.5 * b * ((T)1 - TPU_VTANH(GELU_BETA * (b + GELU_KAPPA * b * b * b)) *
-                                     TPU_VTANH(GELU_BETA * (b + GELU_KAPPA * b * b * b))) *
-                GELU_BETA * ((T)1 + (T)3 * GELU_KAPPA * b * b)))
+TILE_F(gelu_bw, 2, a * GELU_GRAD(b))
+TILE_F(gelu_tanh_bw, 2, a * GELU_TANH_GRAD(b))
 TILE_F(silu_bw, 2, a * SIGMOID(b) * ((T)1 + b * ((T)1 - SIGMOID(b))))
 TILE_F(sigmoid_bw, 2, a * ((T)1 - b) * b)
 TILE_F(tanh_bw, 2, a * ((T)1 - b * b))
