@@ -335,6 +335,36 @@ def test_cat(dtype):
     same_error(lambda: torch.cat([a, b]), lambda: torch.cat([tpu(a), tpu(b)]))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int8, torch.bool,
+                                   torch.complex64])
+def test_strided_copies_large(dtype):
+    # The same-dtype strided copy behind transposed .contiguous(), expand, cat and pack:
+    # large enough to split over the pool, attention-style transposes, broadcasts, one
+    # long strided row (split into pieces with a tail), and cat of transposed inputs into
+    # a transposed out= destination.
+    g = torch.Generator().manual_seed(3)
+    if dtype.is_complex:
+        x = torch.randn(8, 4, 64, 33, dtype=dtype, generator=g)
+    else:
+        x = make((8, 4, 64, 33), dtype, seed=3)
+    xt = tpu(x)
+    same(xt.transpose(1, 2).contiguous(), x.transpose(1, 2).contiguous())
+    same(xt.permute(3, 1, 0, 2).contiguous(), x.permute(3, 1, 0, 2).contiguous())
+    same(xt[:, :, :, :32].contiguous(), x[:, :, :, :32].contiguous())
+    row = make((2 * 300_001,), dtype, seed=4) if not dtype.is_complex else torch.randn(600_002, dtype=dtype, generator=g)
+    same(tpu(row)[::2].contiguous(), row[::2].contiguous())
+    col = x[:1, :1, :, :1]
+    same(tpu(col).expand(8, 4, 64, 33).contiguous(), col.expand(8, 4, 64, 33).contiguous())
+    parts = [x[:, i].transpose(0, 1) for i in range(3)]
+    same(torch.cat([tpu(p) for p in parts], 2), torch.cat(parts, 2))
+    out = tpu(torch.zeros(3 * 33, 8, 64, dtype=dtype)).permute(1, 2, 0)
+    torch.cat([tpu(p) for p in parts], 2, out=out)
+    same(out, torch.cat(parts, 2))
+    y = tpu(torch.zeros(64, 8, 33, dtype=dtype)).transpose(0, 1)
+    y.copy_(xt[:, 1])
+    same(y, x[:, 1])
+
+
 def test_cat_backward():
     a = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
     at = tpu(a.detach()).requires_grad_()

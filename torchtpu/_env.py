@@ -12,7 +12,7 @@ ENV_VARS = {
                            "TORCHTPU_EAGER_MODE says otherwise; the C queue also blocks",
     "TORCHTPU_DEBUG_NAN": "debug mode's NaN/Inf check: raise (default), warn or off",
     "TORCHTPU_QUEUE_DEPTH": "(C) strict mode: queued items the host may run ahead of the "
-                            "device before it waits (default 32)",
+                            "device before it waits, until half have run (default 32)",
     "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs)",
     "TORCHTPU_POOL_SPIN_US": "(C) microseconds an idle pool thread polls for work before it sleeps (default 50; 0: sleep at once)",
     "TORCHTPU_BF16_GEMM": "(C) bf16 x bf16 GEMM: 'native' (default: the AVX512-BF16 kernel where "

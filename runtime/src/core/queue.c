@@ -12,7 +12,11 @@
  * Run-ahead is bounded (TORCHTPU_QUEUE_DEPTH items, default 32): a value's memory returns
  * to the pool only when the last queued op using it has run, so a host thread that ran
  * arbitrarily far ahead would hold every intermediate of the run-ahead alive at once
- * (and touch fresh pages for each).
+ * (and touch fresh pages for each). A host thread that finds the queue full sleeps until
+ * it has drained to half, and the worker wakes it only then: woken at every completion,
+ * it took a context switch per op (on 2 cores, from the kernels' own threads) to queue
+ * one more op and sleep again. Likewise completions wake cv_done only when a thread
+ * waits there.
  *
  * Small ops run inline: when the queue is idle and a node touches at most INLINE_BYTES
  * of distinct memory (an elementwise node the driver could fuse, or a fused optimizer
@@ -36,7 +40,8 @@
 typedef struct queue_s {
   pthread_mutex_t mu;
   pthread_mutex_t exec_mu; /* held while a node runs, by the worker or inline */
-  pthread_cond_t cv_work, cv_done;
+  pthread_cond_t cv_work, cv_done, cv_space;
+  int done_waiters, space_waiters; /* threads blocked on cv_done / cv_space */
   bool started;
   pthread_t thread;
   tpu_node_t *head, *tail;
@@ -56,6 +61,7 @@ static void init_queues(void) {
     pthread_mutex_init(&queues[i].exec_mu, NULL);
     pthread_cond_init(&queues[i].cv_work, NULL);
     pthread_cond_init(&queues[i].cv_done, NULL);
+    pthread_cond_init(&queues[i].cv_space, NULL);
     queues[i].device = i;
   }
   const char* e = getenv("TPU_LAUNCH_BLOCKING");
@@ -100,6 +106,20 @@ static void run_node(queue_t* q, tpu_node_t* n) {
   tpu__node_free(n);
 }
 
+/* Counts one node done and wakes who waits for it (q->mu held). */
+static void complete_one(queue_t* q) {
+  q->completed++;
+  if (q->done_waiters) pthread_cond_broadcast(&q->cv_done);
+  if (q->space_waiters && q->submitted - q->completed <= max_depth / 2) pthread_cond_broadcast(&q->cv_space);
+}
+
+/* Sleeps on cv_done until completed reaches target (q->mu held). */
+static void wait_completed(queue_t* q, uint64_t target) {
+  q->done_waiters++;
+  while (q->completed < target) pthread_cond_wait(&q->cv_done, &q->mu);
+  q->done_waiters--;
+}
+
 static void* worker(void* arg) {
   queue_t* q = arg;
   for (;;) {
@@ -111,8 +131,7 @@ static void* worker(void* arg) {
     pthread_mutex_unlock(&q->mu);
     run_node(q, n);
     pthread_mutex_lock(&q->mu);
-    q->completed++;
-    pthread_cond_broadcast(&q->cv_done);
+    complete_one(q);
     pthread_mutex_unlock(&q->mu);
   }
   return NULL;
@@ -187,8 +206,7 @@ static tpu_status_t push(int device, tpu_node_t* n, bool wait, bool here_ok, pth
     tpu__node_free(n);
     pthread_mutex_lock(&q->mu);
     if (st) { if (!q->error) q->error = st; else tpu_status_free(st); }
-    q->completed++;
-    pthread_cond_broadcast(&q->cv_done);
+    complete_one(q);
     pthread_mutex_unlock(&q->mu);
     return NULL;
   }
@@ -198,14 +216,17 @@ static tpu_status_t push(int device, tpu_node_t* n, bool wait, bool here_ok, pth
   pthread_cond_signal(&q->cv_work);
   if (ordered_by) pthread_mutex_unlock(ordered_by);
   if (wait) {
-    while (q->completed < ticket) pthread_cond_wait(&q->cv_done, &q->mu);
+    wait_completed(q, ticket);
     tpu_status_t err = q->error;
     q->error = NULL;
     pthread_mutex_unlock(&q->mu);
     return err;
   }
-  if (!pthread_equal(pthread_self(), q->thread))
-    while (q->submitted - q->completed > max_depth) pthread_cond_wait(&q->cv_done, &q->mu);
+  if (!pthread_equal(pthread_self(), q->thread) && q->submitted - q->completed > max_depth) {
+    q->space_waiters++;
+    while (q->submitted - q->completed > max_depth / 2) pthread_cond_wait(&q->cv_space, &q->mu);
+    q->space_waiters--;
+  }
   pthread_mutex_unlock(&q->mu);
   return NULL;
 }
@@ -248,7 +269,7 @@ tpu_status_t tpu_device_synchronize(int device) {
   tpu_status_t flushed = tpu__flush_for_sync(device, "torch.tpu.synchronize() / host read");
   queue_t* q = get_queue(device);
   pthread_mutex_lock(&q->mu);
-  while (q->completed < q->submitted) pthread_cond_wait(&q->cv_done, &q->mu);
+  wait_completed(q, q->submitted);
   tpu_status_t err = q->error;
   q->error = NULL;
   pthread_mutex_unlock(&q->mu);

@@ -160,6 +160,18 @@ static tpu_status_t copy_kernel(tpu_node_t* n) {
       return NULL;
     }
   }
+  /* Same dtype between distinct buffers (a transposed .contiguous(), an expand): a
+   * strided byte copy, source broadcast to the destination's shape. */
+  if (!math && !i->is_scalar && i->dtype == o->dtype && i->value != o->value && i->ndim <= o->ndim) {
+    int64_t ist[TPU_MAX_DIMS];
+    for (int d = 0; d < o->ndim; ++d) {
+      int sd = d - (o->ndim - i->ndim);
+      ist[d] = sd >= 0 && i->sizes[sd] != 1 ? i->strides[sd] : 0;
+    }
+    tpu__strided_copy(o->ndim, o->sizes, tpu__operand_ptr(o), o->strides, tpu__operand_ptr(i), ist,
+                      tpu_dtype_size(o->dtype));
+    return NULL;
+  }
   /* Copy in the destination's dtype when it is exact for the source, else in the
    * widest compute dtype of the pair. */
   tpu_dtype_t c = tpu__compute_dtype(o->dtype);

@@ -65,6 +65,12 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
 void tpu__convert_run(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
                       const void* src, tpu_dtype_t src_dtype, int64_t src_stride, int64_t n);
 
+/* dst = src elementwise over an nd-dim shape, both strided (in elements of esz bytes;
+ * a zero src stride broadcasts), no dtype conversion. dst must not overlap src. Large
+ * copies split over the pool by rows. */
+void tpu__strided_copy(int nd, const int64_t* sizes, void* dst, const int64_t* dst_strides,
+                       const void* src, const int64_t* src_strides, size_t esz);
+
 /* Pack: copies operand op (strided, any dtype) into dense row-major `dst` of dtype,
  * with dimensions permuted by perm (perm may be NULL = identity). A scalar operand fills
  * numel(shape) copies — pass its broadcast shape via op->sizes. */

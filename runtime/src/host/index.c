@@ -624,10 +624,36 @@ done:
 
 /* ---- cat, flip, roll, repeat, pad, tril ---------------------------------------------- */
 
+/* Every input has out's dtype and rank and none shares out's buffer: each input is
+ * copied straight into its slice of out. */
+static bool cat_direct(const tpu_node_t* n, int dim) {
+  const tpu_operand_t* out = &n->out[0];
+  for (int i = 0; i < n->n_in; ++i) {
+    const tpu_operand_t* op = &n->in[i];
+    if (op->is_scalar || op->dtype != out->dtype || op->ndim != out->ndim || op->value == out->value)
+      return false;
+    for (int d = 0; d < out->ndim; ++d)
+      if (d != dim && op->sizes[d] != out->sizes[d]) return false;
+  }
+  return out->ndim > 0;
+}
+
 static tpu_status_t cat_kernel(tpu_node_t* n) {
   tpu_operand_t* out = &n->out[0];
   int dim = (int)n->ia[0];
   size_t es = tpu_dtype_size(out->dtype);
+  if (cat_direct(n, dim)) {
+    char* base = tpu__operand_ptr(out);
+    int64_t at = 0;
+    for (int i = 0; i < n->n_in; ++i) {
+      const tpu_operand_t* op = &n->in[i];
+      if (tpu__operand_numel(op) > 0)
+        tpu__strided_copy(op->ndim, op->sizes, base + (size_t)(at * out->strides[dim]) * es, out->strides,
+                          tpu__operand_ptr(op), op->strides, es);
+      at += op->sizes[dim];
+    }
+    return NULL;
+  }
   int64_t outer, size, inner;
   split_at(out, dim, &outer, &size, &inner);
   char* res = xalloc(tpu__operand_numel(out), es);
