@@ -46,8 +46,8 @@ def _views_to_reshapes(gm: torch.fx.GraphModule) -> None:
 
 
 def _graph_runner(gm: torch.fx.GraphModule, example_inputs):
-    """AOTAutograd's compiler for one ATen graph: the graph itself, called with its
-    arguments as a list (the boxed convention, so inputs can be freed as they die)."""
+    """AOTAutograd's compiler for one ATen graph: the graph itself (after the view
+    rewrite), called with its arguments as a list (AOTAutograd's boxed convention)."""
     from torch._functorch.aot_autograd import make_boxed_func
     _views_to_reshapes(gm)
     return make_boxed_func(gm.forward)
