@@ -108,6 +108,7 @@ static void rows_close(rows_t* r, bool output) {
 typedef struct ln_s {
   rows_t rx, ry, rdy, rdx;
   const double *w, *bb;
+  const float *wf, *bf;    /* float copies for float32 rows */
   double *mu, *rs;
   const double *smu, *srs; /* saved statistics (backward) */
   double *dwp, *dbp;       /* backward: per-group partials of dw / db */
@@ -123,14 +124,13 @@ typedef struct ln_s {
 
 /* (v8d, ld8_f32/f64 and v8_total, the lane vectors: host/vmath.h) */
 
-/* (Tried for the GPT step's [512,128] rows, where this kernel takes ~2.5x PyTorch CPU's
- * float time: four independent vector accumulators per pass instead of one changed
- * nothing measurable, so the double arithmetic itself, not the add chain, is the cost.) */
+/* (Tried for the GPT step's [512,128] rows, where the double kernel took ~2.5x PyTorch
+ * CPU's float time: four independent vector accumulators per pass instead of one changed
+ * nothing measurable, so the double arithmetic itself was the cost: dense float32 rows now
+ * compute in float, ln_row_f32 below.) */
 
-/* One row: statistics into *mu, *rs, the normalized row into y, reading and writing
- * rows of TX (float rows of a float32 tensor in place; double rows otherwise). The
- * arithmetic is in double and the same for both, so a row gives the same result
- * whichever way it arrives (the fused-group path relies on this). */
+/* One row in double: statistics into *mu, *rs, the normalized row into y (rows of
+ * float64 tensors, and rows of other dtypes or layouts converted to double). */
 #define LN_ROW(TX, SFX)                                                                          \
   TPU_ISA_CLONES static void ln_row_##SFX(const ln_t* L, const TX* x, TX* y, double* mu, double* rs) { \
     int64_t k = L->k;                                                                            \
@@ -158,7 +158,52 @@ typedef struct ln_s {
     else for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd);                      \
   }
 LN_ROW(double, f64)
-LN_ROW(float, f32)
+
+/* Float32 rows (dense in and out) compute in float, as PyTorch's CPU kernel does (its
+ * opmath for float is float), at about twice the double rows' speed: the statistics from
+ * float sums over blocks of 128 elements in 16 lanes, the blocks added in double (a
+ * row's sum keeps the accuracy of a 128-element float sum), the row normalized in float.
+ * The order of every operation is fixed by the code, so the result does not depend on
+ * the instruction set; the fused-group path (ln_row_end) uses this same function. */
+typedef float v16f __attribute__((vector_size(64)));
+static inline v16f ld16_f32(const float* p) { v16f v; memcpy(&v, p, sizeof v); return v; }
+static inline double total16(v16f a) {
+  v8d lo = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
+  v8d hi = {a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]};
+  return v8_total(lo + hi);
+}
+#define LN_BLOCK 128
+
+/* The sum of x[j], or with square of (x[j] - shift)^2, over [0, k). */
+static inline double ln_sum_f32(const float* x, int64_t k, float shift, bool square) {
+  double s = 0;
+  for (int64_t b = 0; b < k; b += LN_BLOCK) {
+    int64_t e = b + LN_BLOCK < k ? b + LN_BLOCK : k, j = b;
+    v16f acc = {0};
+    if (square)
+      for (; j + 16 <= e; j += 16) { v16f d = ld16_f32(x + j) - shift; acc += d * d; }
+    else
+      for (; j + 16 <= e; j += 16) acc += ld16_f32(x + j);
+    double t = total16(acc);
+    for (; j < e; ++j) { float d = x[j] - shift; t += square ? d * d : x[j]; }
+    s += t;
+  }
+  return s;
+}
+
+TPU_ISA_CLONES static void ln_row_f32(const ln_t* L, const float* x, float* y, double* mu, double* rs) {
+  int64_t k = L->k;
+  float mean = (float)(ln_sum_f32(x, k, 0.0f, false) / (double)k);
+  double var = ln_sum_f32(x, k, mean, true) / (double)k;
+  float rstd = (float)(1.0 / sqrt((var > 0 ? var : 0) + L->eps));
+  *mu = mean;
+  *rs = rstd;
+  const float *w = L->wf, *bb = L->bf;
+  if (w && bb) for (int64_t j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd * w[j] + bb[j];
+  else if (w) for (int64_t j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd * w[j];
+  else if (bb) for (int64_t j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd + bb[j];
+  else for (int64_t j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd;
+}
 
 /* Both row operands dense float32 in place (no conversion buffers). */
 static bool rows_f32(const rows_t* r) { return !r->full && r->op->dtype == TPU_DTYPE_F32; }
@@ -210,17 +255,17 @@ static void ln_row_end(const tpu_row_end_t* e, const float* x, int64_t r, double
 
 tpu_status_t tpu__layer_norm_row_end_open(const tpu_node_t* n, tpu_row_end_t* e) {
   int64_t k = n->in[0].sizes[n->in[0].ndim - 1];
-  /* one allocation: the ln_t, then weight and bias in f64 */
-  ln_t* L = tpu__calloc(1, sizeof(ln_t) + sizeof(double) * cnt1(2 * k));
+  /* one allocation: the ln_t, then weight and bias in float (the row is float32) */
+  ln_t* L = tpu__calloc(1, sizeof(ln_t) + sizeof(float) * cnt1(2 * k));
   if (!L) return TPU_HOST_NOMEM();
-  double* wb = (double*)(L + 1);
+  float* wb = (float*)(L + 1);
   L->k = k;
   L->eps = n->da[0];
   for (int i = 1; i <= 2; ++i) {
     if (!present(&n->in[i])) continue;
-    double* dst = wb + (i - 1) * k;
-    tpu__pack(&n->in[i], NULL, TPU_DTYPE_F64, dst);
-    if (i == 1) L->w = dst; else L->bb = dst;
+    float* dst = wb + (i - 1) * k;
+    tpu__pack(&n->in[i], NULL, TPU_DTYPE_F32, dst);
+    if (i == 1) L->wf = dst; else L->bf = dst;
   }
   *e = (tpu_row_end_t){n, k, L, ln_row_end};
   return NULL;
@@ -232,16 +277,20 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
   ln_t L = {0};
   int64_t m = L.m = prod(x->sizes, 0, axis), k = L.k = prod(x->sizes, axis, x->ndim);
   L.eps = n->da[0];
-  void* buf[4] = {0};
+  void* buf[6] = {0};
   L.w = present(&n->in[1]) ? (buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
   L.bb = present(&n->in[2]) ? (buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
+  bool f32 = x->dtype == TPU_DTYPE_F32; /* float rows use float copies (ln_row_f32) */
+  L.wf = f32 && present(&n->in[1]) ? (buf[4] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F32)) : NULL;
+  L.bf = f32 && present(&n->in[2]) ? (buf[5] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F32)) : NULL;
   L.mu = buf[2] = tpu__malloc(sizeof(double) * cnt1(m));
   L.rs = buf[3] = tpu__malloc(sizeof(double) * cnt1(m));
   bool ok = rows_open(&L.rx, x, m, k, true) && rows_open(&L.ry, &n->out[0], m, k, false);
-  if (!ok || (present(&n->in[1]) && !L.w) || (present(&n->in[2]) && !L.bb) || !L.mu || !L.rs) {
+  if (!ok || (present(&n->in[1]) && (!L.w || (f32 && !L.wf))) || (present(&n->in[2]) && (!L.bb || (f32 && !L.bf))) ||
+      !L.mu || !L.rs) {
     rows_close(&L.rx, false);
     rows_close(&L.ry, false);
-    free_all(buf, 4);
+    free_all(buf, 6);
     return TPU_HOST_NOMEM();
   }
   tpu_status_t st = m > 1 && m * k >= TPU_PARALLEL_MIN_WORK
@@ -253,7 +302,7 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
     tpu__unpack(&n->out[1], L.mu, TPU_DTYPE_F64);
     tpu__unpack(&n->out[2], L.rs, TPU_DTYPE_F64);
   }
-  free_all(buf, 4);
+  free_all(buf, 6);
   return st;
 }
 
@@ -298,7 +347,45 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
         dx[j] = (TX)(rstd * ((double)dy[j] - sg - (((double)x[j] - mean) * rstd) * sgx));        \
   }
 LN_BWD_ROW(double, f64)
-LN_BWD_ROW(float, f32)
+
+/* Float32 rows: dw/db accumulate in double as in the double rows (a group sums many rows);
+ * dx is computed in float with ln_sum_f32's blocked sums, as ln_row_f32 does the forward. */
+TPU_ISA_CLONES static void ln_bwd_row_f32(const ln_t* L, const float* dy, const float* x, float* dx,
+                                          double* restrict dw, double* restrict db, double mean_d,
+                                          double rstd_d) {
+  int64_t k = L->k;
+  const float mean = (float)mean_d, rstd = (float)rstd_d; /* saved as float32 statistics */
+  for (int64_t j = 0; j < k; ++j) {
+    dw[j] += (double)dy[j] * (double)((x[j] - mean) * rstd);
+    db[j] += (double)dy[j];
+  }
+  if (!dx) return;
+  const float* w = L->wf;
+  /* sums of g = dy * w and of g * xhat, in blocks as ln_sum_f32 */
+  double sg = 0, sgx = 0;
+  for (int64_t b = 0; b < k; b += LN_BLOCK) {
+    int64_t e = b + LN_BLOCK < k ? b + LN_BLOCK : k, j = b;
+    v16f ag = {0}, agx = {0};
+    for (; j + 16 <= e; j += 16) {
+      v16f g = w ? ld16_f32(dy + j) * ld16_f32(w + j) : ld16_f32(dy + j);
+      ag += g;
+      agx += g * ((ld16_f32(x + j) - mean) * rstd);
+    }
+    double tg = total16(ag), tgx = total16(agx);
+    for (; j < e; ++j) {
+      float g = w ? dy[j] * w[j] : dy[j];
+      tg += g;
+      tgx += g * ((x[j] - mean) * rstd);
+    }
+    sg += tg;
+    sgx += tgx;
+  }
+  const float mg = (float)(sg / (double)k), mgx = (float)(sgx / (double)k);
+  if (w)
+    for (int64_t j = 0; j < k; ++j) dx[j] = rstd * (dy[j] * w[j] - mg - ((x[j] - mean) * rstd) * mgx);
+  else
+    for (int64_t j = 0; j < k; ++j) dx[j] = rstd * (dy[j] - mg - ((x[j] - mean) * rstd) * mgx);
+}
 
 static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
   ln_t* L = arg;
@@ -346,19 +433,21 @@ static tpu_status_t layer_norm_backward_kernel(tpu_node_t* n) {
   L.group = (m + groups - 1) / groups;
   if (L.group < 1) L.group = 1;
   bool has_w = present(&n->in[4]);
-  void* buf[5] = {0};
+  void* buf[6] = {0};
   L.smu = buf[0] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
   L.srs = buf[1] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
   L.w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
+  bool f32 = x->dtype == TPU_DTYPE_F32; /* float rows use a float copy (ln_bwd_row_f32) */
+  L.wf = f32 && has_w ? (buf[5] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F32)) : NULL;
   L.dwp = buf[3] = tpu__calloc(cnt1(groups * k), sizeof(double));
   L.dbp = buf[4] = tpu__calloc(cnt1(groups * k), sizeof(double));
   bool ok = rows_open(&L.rdy, &n->in[0], m, k, true) && rows_open(&L.rx, x, m, k, true) &&
             (!want_dx || rows_open(&L.rdx, &n->out[0], m, k, false));
-  if (!ok || !L.smu || !L.srs || (has_w && !L.w) || !L.dwp || !L.dbp) {
+  if (!ok || !L.smu || !L.srs || (has_w && (!L.w || (f32 && !L.wf))) || !L.dwp || !L.dbp) {
     rows_close(&L.rdy, false);
     rows_close(&L.rx, false);
     rows_close(&L.rdx, false);
-    free_all(buf, 5);
+    free_all(buf, 6);
     return TPU_HOST_NOMEM();
   }
   tpu_status_t st = m * k >= TPU_PARALLEL_MIN_WORK ? tpu__parallel_for(groups, 1, ln_bwd_groups, &L)
@@ -374,7 +463,7 @@ static tpu_status_t layer_norm_backward_kernel(tpu_node_t* n) {
   if (want_dx) rows_close(&L.rdx, !st);
   if (want_dw && !st) tpu__unpack(&n->out[1], L.dwp, TPU_DTYPE_F64);
   if (want_db && !st) tpu__unpack(&n->out[2], L.dbp, TPU_DTYPE_F64);
-  free_all(buf, 5);
+  free_all(buf, 6);
   return st;
 }
 
