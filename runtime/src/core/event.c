@@ -53,7 +53,15 @@ tpu_status_t tpu_event_record(tpu_event_t* e, int device) {
   pthread_mutex_unlock(&e->mu);
   atomic_fetch_add(&e->refs, 1);
   n->event = e;
-  return tpu__queue_push(device, n, false);
+  uint64_t seq = n->event_seq;
+  tpu_status_t st = tpu__queue_push(device, n, false);
+  if (st) { /* the marker was never queued (it is freed): nothing will complete it */
+    pthread_mutex_lock(&e->mu);
+    if (e->done_seq < seq) { e->done_seq = seq; e->done_us = now_us(); }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+  }
+  return st;
 }
 
 void tpu__marker_run(tpu_node_t* n) {
