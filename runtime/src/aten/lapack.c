@@ -33,13 +33,19 @@ static tpu_status_t square(tpu_build_t* b, const tpu_view_t* A, const char* api)
 }
 
 /* ATen's checkFloatingOrComplex, then the dtypes that run here (f32, f64). */
+/* The LAPACK kernels here take float32 and float64; anything else is "not implemented
+ * for" CPU's kernel name, as ATen says. */
+static tpu_status_t lapack_dtype(tpu_build_t* b, const tpu_view_t* A, const char* kernel) {
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64)
+    return tpu__err_not_implemented_for(b, kernel, A->dtype);
+  return NULL;
+}
+
 static tpu_status_t floating(tpu_build_t* b, const tpu_view_t* A, const char* api, const char* kernel) {
   if (!tpu_dtype_is_floating(A->dtype) && !tpu_dtype_is_complex(A->dtype))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", api,
                     tpu__dtype_c10_name(A->dtype));
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64)
-    return tpu__err_not_implemented_for(b, kernel, A->dtype);
-  return NULL;
+  return lapack_dtype(b, A, kernel);
 }
 
 /* torch.lu_factor's and lu_unpack's dimension check. */
@@ -180,7 +186,7 @@ static tpu_status_t build_lu_unpack(tpu_build_t* b) {
     tpu__fmt_shape(g, sizeof g, piv->ndim, piv->sizes);
     return tpu__err(b, TPU_VALUE_ERROR, "Expected LU_pivots to have shape %s but got %s instead.", w, g);
   }
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "lu_unpack", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "lu_unpack"));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_LU_UNPACK));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, piv));
   b->node->ia[0] = data;
@@ -295,7 +301,7 @@ static tpu_status_t build_lu_solve(tpu_build_t* b) {
   int64_t batch[TPU_MAX_DIMS];
   int bnd;
   TPU_RETURN_IF_ERROR(solve_batch(b, LU, B->sizes, B->ndim, batch, &bnd));
-  if (LU->dtype != TPU_DTYPE_F32 && LU->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "lu_solve", LU->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, LU, "lu_solve"));
   TPU_RETURN_IF_ERROR(input(b, LU, TPU_KIND_LU_SOLVE));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, piv));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, B));
@@ -343,7 +349,7 @@ static tpu_status_t build_solve_ex(tpu_build_t* b) {
   int64_t batch[TPU_MAX_DIMS];
   int bnd;
   TPU_RETURN_IF_ERROR(solve_batch(b, A, bs, bn, batch, &bnd));
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "linalg_solve", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "linalg_solve"));
   TPU_RETURN_IF_ERROR(no_check_errors(b, 3));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_SOLVE));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, B));
@@ -373,8 +379,7 @@ static tpu_status_t build_cholesky_solve(tpu_build_t* b) {
   bool same = B->ndim == L->ndim && B->dtype == L->dtype && B->sizes[B->ndim - 2] == L->sizes[L->ndim - 1];
   for (int d = 0; same && d < L->ndim - 2; ++d) same = B->sizes[d] == L->sizes[d];
   if (!same) return tpu__err(b, TPU_INVALID_ARGUMENT, "expects b and A broadcast to one batch shape and dtype");
-  if (L->dtype != TPU_DTYPE_F32 && L->dtype != TPU_DTYPE_F64)
-    return tpu__err_not_implemented_for(b, "cholesky_solve_cpu", L->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, L, "cholesky_solve_cpu"));
   TPU_RETURN_IF_ERROR(input(b, B, TPU_KIND_CHOLESKY_SOLVE));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, L));
   b->node->ia[0] = upper;
@@ -389,8 +394,7 @@ static tpu_status_t build_cholesky_inverse(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &L));
   TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 1, false, &upper));
   TPU_RETURN_IF_ERROR(square(b, L, "cholesky_inverse"));
-  if (L->dtype != TPU_DTYPE_F32 && L->dtype != TPU_DTYPE_F64)
-    return tpu__err_not_implemented_for(b, "cholesky_inverse_out_cpu", L->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, L, "cholesky_inverse_out_cpu"));
   TPU_RETURN_IF_ERROR(input(b, L, TPU_KIND_CHOLESKY_INVERSE));
   b->node->ia[0] = upper;
   out_batch(b->node, L->dtype, L, 0, 0, 0, 0);
@@ -411,7 +415,7 @@ static tpu_status_t build_qr(tpu_build_t* b) {
   if (!reduced && !complete && !r_only)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "qr received unrecognized mode '%s' but expected one of 'reduced' "
                     "(default), 'r', or 'complete'", mode);
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "geqrf_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "geqrf_cpu"));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_QR));
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], k = m < n ? m : n;
   int64_t qc = r_only ? 0 : complete ? m : k;
@@ -427,7 +431,7 @@ static tpu_status_t build_geqrf(tpu_build_t* b) {
   const tpu_view_t* A;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
   if (A->ndim < 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.geqrf: input must have at least 2 dimensions.");
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "geqrf_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "geqrf_cpu"));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_GEQRF));
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
   out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
@@ -460,7 +464,7 @@ static tpu_status_t build_householder_product(tpu_build_t* b) {
   if (tau->dtype != A->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: tau dtype %s does not match input dtype %s", api,
                     tpu__dtype_c10_name(tau->dtype), tpu__dtype_c10_name(A->dtype));
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "orgqr_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "orgqr_cpu"));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_ORGQR));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, tau));
   out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
@@ -479,8 +483,7 @@ static tpu_status_t build_eigh(tpu_build_t* b) {
   bool upper = uplo[0] == 'U' || uplo[0] == 'u';
   if (strlen(uplo) != 1 || !(upper || uplo[0] == 'L' || uplo[0] == 'l'))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected UPLO argument to be 'L' or 'U', but got %s", uplo);
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64)
-    return tpu__err_not_implemented_for(b, "linalg_eigh_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "linalg_eigh_cpu"));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_EIGH));
   int64_t n = A->sizes[A->ndim - 1];
   b->node->ia[0] = upper;
@@ -506,8 +509,7 @@ static tpu_status_t build_svd(tpu_build_t* b) {
   if (!tpu__arg_is_none(b, 3))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "torch.linalg.svd: keyword argument `driver=` is only supported on CUDA "
                     "inputs with cuSOLVER backend.");
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64)
-    return tpu__err_not_implemented_for(b, "linalg_svd_cpu", A->dtype);
+  TPU_RETURN_IF_ERROR(lapack_dtype(b, A, "linalg_svd_cpu"));
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_SVD));
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1], k = m < n ? m : n;
   b->node->ia[0] = full;
