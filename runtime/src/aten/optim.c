@@ -89,6 +89,7 @@ static tpu_status_t out_like(tpu_build_t* b, const tpu_view_t* p, bool present) 
 static tpu_status_t build_adam(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   n->kind = TPU_KIND_ADAM_STEP;
+  n->flags |= TPU_NODE_STREAMING; /* reads and writes each operand once */
   const tpu_view_t *p, *t;
   bool amsgrad, maximize;
   TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 11, &amsgrad));
@@ -118,6 +119,7 @@ static tpu_status_t build_adam(tpu_build_t* b) {
 static tpu_status_t build_sgd(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   n->kind = TPU_KIND_SGD_STEP;
+  n->flags |= TPU_NODE_STREAMING;
   const tpu_view_t *p, *t;
   bool nesterov, maximize, first;
   TPU_RETURN_IF_ERROR(tpu__arg_double(b, 3, &n->da[1]));
@@ -154,6 +156,7 @@ static tpu_status_t f32_scalar(tpu_build_t* b, int i, const char* what, const tp
 static tpu_status_t build_amp_unscale(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   n->kind = TPU_KIND_AMP_UNSCALE;
+  n->flags |= TPU_NODE_STREAMING;
   const tpu_view_t *g, *found, *inv;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &g));
   if (g->dtype != TPU_DTYPE_F32 && g->dtype != TPU_DTYPE_F64 && g->dtype != TPU_DTYPE_BF16 && g->dtype != TPU_DTYPE_F16)

@@ -101,6 +101,9 @@ void tpu__marker_run(tpu_node_t* n);
 void tpu__event_unref(struct tpu_event_s* e);
 
 #define TPU_NODE_DEBUG 1u /* debug mode: check outputs, record in the trace */
+/* Set by the builder of an op whose cost is a few streaming passes over its operands
+ * (like a fusable elementwise op's): the queue runs it inline up to INLINE_EW_BYTES. */
+#define TPU_NODE_STREAMING 2u
 
 tpu_node_t* tpu__node_create(void); /* NULL on host OOM */
 

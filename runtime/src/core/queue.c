@@ -143,16 +143,12 @@ static queue_t* get_queue(int device) {
   return &queues[device];
 }
 
-/* Kinds whose cost is a few streaming passes over their operands, like an elementwise
- * op's: the fused optimizer steps (a parameter's update reads and writes 4-5 tensors). */
+/* Nodes whose cost is a few streaming passes over their operands: fusable elementwise
+ * ops, and ops whose builder says so (the fused optimizer steps). */
 static bool streams(const tpu_node_t* n) {
-  switch (n->kind) {
-    case TPU_KIND_ADAM_STEP: case TPU_KIND_SGD_STEP: case TPU_KIND_AMP_UNSCALE: return true;
-    default: {
-      tpu_driver_t* drv = tpu__driver();
-      return drv->vt->can_fuse && drv->vt->can_fuse(drv, n);
-    }
-  }
+  if (n->flags & TPU_NODE_STREAMING) return true;
+  tpu_driver_t* drv = tpu__driver();
+  return drv->vt->can_fuse && drv->vt->can_fuse(drv, n);
 }
 
 static bool node_is_small(const tpu_node_t* n) {
