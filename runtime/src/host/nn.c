@@ -131,33 +131,31 @@ typedef struct ln_s {
 
 /* One row in double: statistics into *mu, *rs, the normalized row into y (rows of
  * float64 tensors, and rows of other dtypes or layouts converted to double). */
-#define LN_ROW(TX, SFX)                                                                          \
-  TPU_ISA_CLONES static void ln_row_##SFX(const ln_t* L, const TX* x, TX* y, double* mu, double* rs) { \
-    int64_t k = L->k;                                                                            \
-    const double *w = L->w, *bb = L->bb;                                                         \
-    v8d acc = {0};                                                                               \
-    double tail = 0;                                                                             \
-    int64_t j = 0;                                                                               \
-    for (; j + LANES <= k; j += LANES) acc += ld8_##SFX(x + j);                                  \
-    for (; j < k; ++j) tail += (double)x[j];                                                     \
-    double mean = (v8_total(acc) + tail) / (double)k;                                               \
-    acc = (v8d){0};                                                                              \
-    tail = 0;                                                                                    \
-    for (j = 0; j + LANES <= k; j += LANES) {                                                    \
-      v8d d = ld8_##SFX(x + j) - mean;                                                           \
-      acc += d * d;                                                                              \
-    }                                                                                            \
-    for (; j < k; ++j) tail += ((double)x[j] - mean) * ((double)x[j] - mean);                    \
-    double var = (v8_total(acc) + tail) / (double)k;                                                \
-    double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);                                      \
-    *mu = mean;                                                                                  \
-    *rs = rstd;                                                                                  \
-    if (w && bb) for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd * w[j] + bb[j]); \
-    else if (w) for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd * w[j]);       \
-    else if (bb) for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd + bb[j]);     \
-    else for (j = 0; j < k; ++j) y[j] = (TX)(((double)x[j] - mean) * rstd);                      \
+TPU_ISA_CLONES static void ln_row_f64(const ln_t* L, const double* x, double* y, double* mu, double* rs) {
+  int64_t k = L->k;
+  const double *w = L->w, *bb = L->bb;
+  v8d acc = {0};
+  double tail = 0;
+  int64_t j = 0;
+  for (; j + LANES <= k; j += LANES) acc += ld8_f64(x + j);
+  for (; j < k; ++j) tail += x[j];
+  double mean = (v8_total(acc) + tail) / (double)k;
+  acc = (v8d){0};
+  tail = 0;
+  for (j = 0; j + LANES <= k; j += LANES) {
+    v8d d = ld8_f64(x + j) - mean;
+    acc += d * d;
   }
-LN_ROW(double, f64)
+  for (; j < k; ++j) tail += (x[j] - mean) * (x[j] - mean);
+  double var = (v8_total(acc) + tail) / (double)k;
+  double rstd = 1.0 / sqrt((var > 0 ? var : 0) + L->eps);
+  *mu = mean;
+  *rs = rstd;
+  if (w && bb) for (j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd * w[j] + bb[j];
+  else if (w) for (j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd * w[j];
+  else if (bb) for (j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd + bb[j];
+  else for (j = 0; j < k; ++j) y[j] = (x[j] - mean) * rstd;
+}
 
 /* Float32 rows (dense in and out) compute in float, as PyTorch's CPU kernel does (its
  * opmath for float is float), at about twice the double rows' speed: the statistics from
@@ -310,43 +308,37 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
  * order, so the result depends on m alone, never on the thread count. */
 #define LN_GROUPS 16
 
-/* One row of the backward: dw/db partials of its group, and dx when wanted. Two passes
- * over the row (xhat and g are recomputed in the second), in double, for TX rows as in
- * LN_ROW. */
-#define LN_BWD_ROW(TX, SFX)                                                                      \
-  TPU_ISA_CLONES static void ln_bwd_row_##SFX(const ln_t* L, const TX* dy, const TX* x, TX* dx,  \
-                                              double* restrict dw, double* restrict db, double mean, \
-                                              double rstd) {                                     \
-    int64_t k = L->k;                                                                            \
-    const double* w = L->w;                                                                      \
-    for (int64_t j = 0; j < k; ++j) {                                                            \
-      dw[j] += (double)dy[j] * (((double)x[j] - mean) * rstd);                                   \
-      db[j] += (double)dy[j];                                                                    \
-    }                                                                                            \
-    if (!dx) return;                                                                             \
-    v8d acc_g = {0}, acc_gx = {0};                                                               \
-    double tg = 0, tgx = 0;                                                                      \
-    int64_t j = 0;                                                                               \
-    /* g = dy * w (dy without a weight) */                                                      \
-    for (; j + LANES <= k; j += LANES) {                                                         \
-      v8d g = w ? ld8_##SFX(dy + j) * ld8_f64(w + j) : ld8_##SFX(dy + j);                        \
-      acc_g += g;                                                                                \
-      acc_gx += g * ((ld8_##SFX(x + j) - mean) * rstd);                                          \
-    }                                                                                            \
-    for (; j < k; ++j) {                                                                         \
-      double g = w ? (double)dy[j] * w[j] : (double)dy[j];                                       \
-      tg += g;                                                                                   \
-      tgx += g * (((double)x[j] - mean) * rstd);                                                 \
-    }                                                                                            \
-    double sg = (v8_total(acc_g) + tg) / (double)k, sgx = (v8_total(acc_gx) + tgx) / (double)k;       \
-    if (w)                                                                                       \
-      for (j = 0; j < k; ++j)                                                                    \
-        dx[j] = (TX)(rstd * ((double)dy[j] * w[j] - sg - (((double)x[j] - mean) * rstd) * sgx)); \
-    else                                                                                         \
-      for (j = 0; j < k; ++j)                                                                    \
-        dx[j] = (TX)(rstd * ((double)dy[j] - sg - (((double)x[j] - mean) * rstd) * sgx));        \
+/* One row of the backward in double: dw/db partials of its group, and dx when wanted. Two
+ * passes over the row (xhat and g are recomputed in the second). */
+TPU_ISA_CLONES static void ln_bwd_row_f64(const ln_t* L, const double* dy, const double* x, double* dx,
+                                          double* restrict dw, double* restrict db, double mean, double rstd) {
+  int64_t k = L->k;
+  const double* w = L->w;
+  for (int64_t j = 0; j < k; ++j) {
+    dw[j] += dy[j] * ((x[j] - mean) * rstd);
+    db[j] += dy[j];
   }
-LN_BWD_ROW(double, f64)
+  if (!dx) return;
+  v8d acc_g = {0}, acc_gx = {0};
+  double tg = 0, tgx = 0;
+  int64_t j = 0;
+  /* g = dy * w (dy without a weight) */
+  for (; j + LANES <= k; j += LANES) {
+    v8d g = w ? ld8_f64(dy + j) * ld8_f64(w + j) : ld8_f64(dy + j);
+    acc_g += g;
+    acc_gx += g * ((ld8_f64(x + j) - mean) * rstd);
+  }
+  for (; j < k; ++j) {
+    double g = w ? dy[j] * w[j] : dy[j];
+    tg += g;
+    tgx += g * ((x[j] - mean) * rstd);
+  }
+  double sg = (v8_total(acc_g) + tg) / (double)k, sgx = (v8_total(acc_gx) + tgx) / (double)k;
+  if (w)
+    for (j = 0; j < k; ++j) dx[j] = rstd * (dy[j] * w[j] - sg - ((x[j] - mean) * rstd) * sgx);
+  else
+    for (j = 0; j < k; ++j) dx[j] = rstd * (dy[j] - sg - ((x[j] - mean) * rstd) * sgx);
+}
 
 /* Float32 rows: dw/db accumulate in double as in the double rows (a group sums many rows);
  * dx is computed in float with ln_sum_f32's blocked sums, as ln_row_f32 does the forward. */
