@@ -313,6 +313,27 @@ def test_debug_nan_check_names_op_and_line():
                 torch.log(z)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                   torch.complex64, torch.complex128])
+def test_debug_nan_check_finds_one_bad_element(dtype):
+    # One -Inf among many finite values (the largest finite ones included), in a dense
+    # output and in an in-place op's strided output; exact counts name what was found.
+    # (Complex log runs on the CPU fallback: the check then names the copy back.)
+    op = "" if dtype.is_complex else "log"
+    big = torch.finfo(dtype).max if dtype.is_floating_point else torch.finfo(torch.float32).max
+    t = torch.ones(37, 53, dtype=dtype)
+    t[0, 0] = big
+    t[36, 51] = 0
+    with torchtpu.set_eager_mode("debug"), torchtpu.set_debug_options(nan="raise"):
+        d = t.to("tpu")
+        torch.abs(d)  # finite, largest value included: no error
+        with pytest.raises(RuntimeError, match=op + r".*0 NaN and 1 Inf"):
+            torch.log(d)
+        col = d[:, 51]
+        with pytest.raises(RuntimeError, match=op + r".*0 NaN and 1 Inf"):
+            col.log_()
+
+
 def test_debug_trace_and_fallback_path():
     with torchtpu.set_eager_mode("debug"):
         torchtpu.trace(clear=True)
