@@ -16,6 +16,7 @@ def sync(device):
 
 def bench(fn, device, warmup=1, reps=5, min_time=0.0):
     """Best wall time of fn() (seconds) over reps runs, each synchronized."""
+    threads_for(device)
     for _ in range(warmup):
         fn()
     sync(device)
@@ -31,9 +32,13 @@ def bench(fn, device, warmup=1, reps=5, min_time=0.0):
     return best
 
 
-def set_threads(n):
-    """CPU eager runs with n intra-op threads; the tpu pool reads TORCHTPU_NUM_THREADS."""
-    torch.set_num_threads(n)
+def threads_for(device):
+    """PyTorch's CPU intra-op threads for a run on device: threads() for CPU eager; beside
+    the tpu host driver, what torchtpu sets at the first tpu allocation (1 unless
+    TORCHTPU_CPU_THREADS or OMP_NUM_THREADS say otherwise: idle OpenMP threads spin on
+    the runtime's cores). Set before each run, so neither side runs with the other's."""
+    tpu = str(device).startswith("tpu")
+    torch.set_num_threads(torchtpu._C._cpu_threads_beside_runtime() if tpu else threads())
 
 
 def emit(obj):

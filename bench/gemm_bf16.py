@@ -13,14 +13,13 @@ import sys
 
 import torch
 
-from _timing import bench, progress, set_threads, threads
+from _timing import bench, progress, threads
 from machine import run_peak
 from micro import GEMMS
 
 
 def main():
     n = threads()
-    set_threads(n)
     peak = run_peak(["-march=native"]) or {}
     per_core = peak.get("bf16_flops_1", 0.0)
     limit = per_core * n

@@ -6,7 +6,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from _timing import bench, emit, progress, set_threads, threads
+from _timing import bench, emit, progress, threads
 
 # (name, M, K, N): tokens x d_in @ d_in x d_out of a d=1024 transformer, 512 tokens
 GEMMS = [("qkv 512x1024x3072", 512, 1024, 3072), ("mlp_up 512x1024x4096", 512, 1024, 4096),
@@ -85,7 +85,6 @@ def main():
     ap.add_argument("--scaling", action="store_true")
     a = ap.parse_args()
     n = threads()
-    set_threads(n)
     devices = ["tpu", "cpu"]
     if a.scaling:
         progress(f"thread scaling subset with {n} thread(s)")

@@ -11,7 +11,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from _timing import emit, progress, set_threads, sync, threads
+from _timing import emit, progress, sync, threads_for
 from gpt_configs import GPT_CONFIGS, gpt_train_flops_per_token
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
@@ -20,6 +20,7 @@ import train_gpt  # noqa: E402
 
 
 def step_times(model, opt, batches, loss_fn, dev, steps):
+    threads_for(dev)
     times = []
     for s in range(steps):
         x, y = batches(s)
@@ -91,7 +92,6 @@ def main():
     ap.add_argument("--compile", action="store_true", help="Inductor CPU only")
     ap.add_argument("--cnn-only", action="store_true", help="only the CNN rows (tpu and CPU eager)")
     a = ap.parse_args()
-    set_threads(threads())
     rows = []
     devs = [("cpu", True)] if a.compile else [("tpu", False), ("cpu", False)]
     for cfg in [] if a.cnn_only else GPT_CONFIGS:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import torchtpu  # noqa: E402
 import train_gpt  # noqa: E402
+from _timing import threads_for  # noqa: E402
 
 
 def gpt_train(device, quick):
@@ -89,6 +90,7 @@ WORKLOADS = {"GPT training step (fwd+bwd+AdamW)": gpt_train,
 
 
 def measure(make, device, mode, iters, quick):
+    threads_for(device)
     ctx = torchtpu.set_eager_mode(mode) if device.type == "tpu" else None
     try:
         step = make(device, quick)

@@ -275,3 +275,24 @@ def test_exit_right_after_backward_does_not_abort():
     for _ in range(5):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0 and "terminate" not in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("env, want", [({}, "1"), ({"TORCHTPU_CPU_THREADS": "2"}, "2"),
+                                       ({"OMP_NUM_THREADS": "2"}, "2")])
+def test_cpu_ops_threads_beside_host_driver(env, want):
+    # import alone keeps PyTorch's thread count; the first tpu allocation sets the one
+    # the host driver shares its cores with (idle OpenMP threads spin on them)
+    code = ("import os, torch, torchtpu\n"
+            "before = torch.get_num_threads()\n"
+            "torch.ones(2, device='tpu')\n"
+            "print(before, torch.get_num_threads())\n")
+    clean = {k: v for k, v in os.environ.items() if k not in ("TORCHTPU_CPU_THREADS", "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(clean, **env), timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, after = out.stdout.split()
+    assert after == want
+    plain = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(clean, TORCH_DEVICE_BACKEND_AUTOLOAD="0", **env))
+    assert before == plain.stdout.strip()

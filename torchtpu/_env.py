@@ -14,6 +14,9 @@ ENV_VARS = {
     "TORCHTPU_QUEUE_DEPTH": "(C) strict mode: queued items the host may run ahead of the "
                             "device before it waits, until half have run (default 32)",
     "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs)",
+    "TORCHTPU_CPU_THREADS": "PyTorch's CPU intra-op threads once the host driver is in use "
+                            "(default: OMP_NUM_THREADS if set, else 1; their idle OpenMP "
+                            "threads spin on the cores the runtime computes on)",
     "TORCHTPU_POOL_SPIN_US": "(C) microseconds an idle pool thread polls for work before it sleeps (default 50; 0: sleep at once)",
     "TORCHTPU_BF16_GEMM": "(C) bf16 x bf16 GEMM: 'native' (default: the AVX512-BF16 kernel where "
                           "the CPU has it) or 'widen' (convert to f32 and call sgemm)",

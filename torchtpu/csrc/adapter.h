@@ -48,6 +48,8 @@ void resize_storage_bytes(const c10::Storage& storage, size_t nbytes);
 // the calling thread runs no Python (e.g. the autograd engine's device thread).
 // Takes the GIL; used only where the cost is acceptable (debug mode, graph cuts).
 std::string python_call_site();
+// PyTorch CPU intra-op threads beside the host driver (device.cpp).
+int cpu_threads_beside_runtime();
 // After an op's submission: names the Python line of graph cuts that the op's submission
 // made by heuristic (loop detection, size limit), which libtpurt cannot know. On the
 // autograd engine's thread that is the line that started the backward pass, which

@@ -81,6 +81,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_explain_clear", [] { tpu_explain_clear(); });
   m.def("_call_site", [] { return python_call_site(); });
+  m.def("_cpu_threads_beside_runtime", [] { return cpu_threads_beside_runtime(); });
   m.def("_set_backward_site", [](const std::string& s) { set_backward_site(s); });
   m.def("_plan_cache_stats", [] {
     uint64_t plans, hits;
