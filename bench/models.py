@@ -73,18 +73,37 @@ def gpt_run(cfg, dev, compiled=False):
     return res
 
 
-def cnn_run(dev, steps=40, batch=64, compiled=False):  # steps of ~5 ms: a median of 39
+def cnn_times(dev, steps, batch=64, compiled=False):
+    """Step times of a fresh CNN and optimizer (the first includes its warm-up)."""
     model = train_cnn.make_model().to(dev)
     fwd = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    if dev == "tpu":
-        torch.tpu.reset_peak_memory_stats()
-    times = step_times(fwd, opt, lambda s: train_cnn.batches(s, batch), F.cross_entropy, dev, steps)
-    steady = sorted(times[1:])[len(times[1:]) // 2]
-    res = {"first_step_s": times[0], "steady_step_s": steady, "images_s": batch / steady}
-    if dev == "tpu":
-        res["peak_mem_bytes"] = torch.tpu.max_memory_allocated()
-    return res
+    return step_times(fwd, opt, lambda s: train_cnn.batches(s, batch), F.cross_entropy, dev, steps)
+
+
+def cnn_rows(devs, rounds=3, steps=60, batch=64):
+    """Steps of ~5 ms are at the mercy of a burst of load from other processes, so the
+    devices alternate for `rounds` rounds of `steps` steps and each row is the median of
+    all its steady steps (every round's first step left out); first step: round one's."""
+    times = {label: [] for _, _, label in devs}
+    first = {}
+    for rnd in range(rounds):
+        for dev, comp, label in devs:
+            if dev == "tpu" and rnd == 0:
+                torch.tpu.reset_peak_memory_stats()
+            t = cnn_times(dev, steps, batch, comp)
+            first.setdefault(label, t[0])
+            times[label] += t[1:]
+    rows = []
+    for dev, _, label in devs:
+        steady = sorted(times[label])[len(times[label]) // 2]
+        r = {"first_step_s": first[label], "steady_step_s": steady, "images_s": batch / steady,
+             "model": "CNN (train_cnn.py, batch 64, 16x16)", "device": label}
+        if dev == "tpu":
+            r["peak_mem_bytes"] = torch.tpu.max_memory_allocated()
+        rows.append(r)
+        progress(f"CNN on {label}: {r['images_s']:.0f} images/s")
+    return rows
 
 
 def main():
@@ -104,13 +123,7 @@ def main():
                      config={k: cfg[k] for k in ("d", "heads", "layers", "ctx", "batch", "steps")})
             progress(f"  train {r['train_tokens_s']:.0f} tok/s, steady {r['steady_step_s']:.2f} s/step")
             rows.append(r)
-    for dev, comp in devs:
-        label = "cpu (inductor)" if comp else dev
-        progress(f"CNN on {label}")
-        r = cnn_run(dev, compiled=comp)
-        r.update(model="CNN (train_cnn.py, batch 64, 16x16)", device=label)
-        progress(f"  {r['images_s']:.0f} images/s")
-        rows.append(r)
+    rows += cnn_rows([(dev, comp, "cpu (inductor)" if comp else dev) for dev, comp in devs])
     emit({"models_compile" if a.compile else "models": rows})
 
 
