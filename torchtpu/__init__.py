@@ -13,7 +13,20 @@ def _autoload() -> None:
     initializing (e.g. under `python -m torchtpu.validate`)."""
 
 
+import os  # noqa: E402
+
 import torch  # noqa: E402
+
+# A process that torchrun started among LOCAL_WORLD_SIZE on this host sees that many
+# host-driver devices, so CUDA code's torch.cuda.set_device(local_rank) works as
+# torch.tpu.set_device(local_rank) (each process's devices are its own memory), and its
+# thread pool gets its share of the cores, so the processes do not oversubscribe them.
+_local_world = os.environ.get("LOCAL_WORLD_SIZE", "")
+if _local_world.isdigit() and int(_local_world) > 0:
+    if not (os.environ.get("TORCHTPU_NUM_DEVICES") or os.environ.get("TPU_VISIBLE_DEVICES")):
+        os.environ["TORCHTPU_NUM_DEVICES"] = _local_world
+    if not os.environ.get("TORCHTPU_NUM_THREADS"):
+        os.environ["TORCHTPU_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(_local_world)))
 
 from . import _C  # noqa: E402  (loads libtpurt and registers kernels)
 from . import device as _device_module  # noqa: E402
@@ -43,6 +56,9 @@ _register()
 modes._init_from_env()
 from . import compile as _compile  # noqa: E402
 _compile.install()
+if torch.distributed.is_available():
+    from . import distributed as _distributed  # noqa: E402
+    _distributed.register()
 
 
 def fallback_report() -> dict[str, int]:

@@ -3,7 +3,8 @@ runtime reads the ones marked (C) itself; they are listed here so there is one p
 look."""
 
 ENV_VARS = {
-    "TORCHTPU_NUM_DEVICES": "(C) number of host-driver devices (default 1)",
+    "TORCHTPU_NUM_DEVICES": "(C) number of host-driver devices (default 1; under torchrun, "
+                            "LOCAL_WORLD_SIZE, so set_device(local_rank) works)",
     "TPU_VISIBLE_DEVICES": "(C) comma-separated device list; its length is the device count "
                            "when TORCHTPU_NUM_DEVICES is unset",
     "TORCHTPU_HBM_BYTES": "(C) per-device memory capacity in bytes (default: half of host RAM)",
@@ -13,7 +14,8 @@ ENV_VARS = {
     "TORCHTPU_DEBUG_NAN": "debug mode's NaN/Inf check: raise (default), warn or off",
     "TORCHTPU_QUEUE_DEPTH": "(C) strict mode: queued items the host may run ahead of the "
                             "device before it waits, until half have run (default 32)",
-    "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs)",
+    "TORCHTPU_NUM_THREADS": "(C) host-driver thread pool size (default: online CPUs; under "
+                            "torchrun, their share: CPUs / LOCAL_WORLD_SIZE)",
     "TORCHTPU_CPU_THREADS": "PyTorch's CPU intra-op threads once the host driver is in use "
                             "(default: OMP_NUM_THREADS if set, else 1; their idle OpenMP "
                             "threads spin on the cores the runtime computes on)",
