@@ -85,5 +85,23 @@ for _ in range(5):
     losses.append(loss.item())
 out["ddp_params"] = [p.detach().cpu().flatten().tolist() for p in model.parameters()]
 out["ddp_losses"] = losses
+
+# FSDP2: the same training with parameters, gradients and optimizer state sharded over
+# the ranks (all-gather before use, reduce-scatter of gradients).
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16),
+                            torch.nn.Linear(16, 2)).to(dev)
+for layer in model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+for _ in range(5):
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(X[rank::world].to(dev)), Y[rank::world].to(dev)).backward()
+    opt.step()
+out["fsdp_params"] = [p.full_tensor().detach().cpu().flatten().tolist() for p in model.parameters()]
 dist.destroy_process_group()
 print("RESULT " + json.dumps(out), flush=True)

@@ -1,4 +1,4 @@
-"""tpu_dist: torch.distributed collectives and DistributedDataParallel on tpu tensors,
+"""tpu_dist: torch.distributed collectives, DistributedDataParallel and FSDP2 on tpu tensors,
 two real processes per test (tests/dist_worker.py), in the eager mode the suite runs in
 (the CI runs it in each)."""
 import json
@@ -83,6 +83,10 @@ def test_collectives_and_ddp_two_processes(backend):
     # DDP: both ranks hold the same parameters, equal to one process on the whole batch
     ref = cpu_reference()
     for a, b, want in zip(r0["ddp_params"], r1["ddp_params"], ref):
+        assert a == b
+        assert_close(torch.tensor(a), want)
+    # FSDP2 (fully_shard): the same, with everything sharded over the two ranks
+    for a, b, want in zip(r0["fsdp_params"], r1["fsdp_params"], ref):
         assert a == b
         assert_close(torch.tensor(a), want)
 

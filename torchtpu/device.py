@@ -221,34 +221,31 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("tpu", _index(device)), priority=priority)
 
 
-class Event:
+class Event(torch.Event):
     """torch.cuda.Event's counterpart: a marker in the device's queue. record() cuts a
     pending defer_and_fuse graph and queues the marker; it completes, with a timestamp,
     once everything queued before it has run, so elapsed_time() measures device time
-    between two records."""
+    between two records. A torch.Event, so torch.Stream.wait_event takes it."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking,
+                               interprocess=interprocess)
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        self._event = torch.Event(device="tpu", enable_timing=enable_timing, blocking=blocking,
-                                  interprocess=interprocess)
+        pass  # made in __new__
 
     def record(self, stream=None) -> None:
-        self._event.record(stream if stream is not None else current_stream())
+        super().record(stream if stream is not None else current_stream())
 
     def wait(self, stream=None) -> None:
-        self._event.wait(stream if stream is not None else current_stream())
-
-    def query(self) -> bool:
-        return self._event.query()
-
-    def synchronize(self) -> None:
-        self._event.synchronize()
+        super().wait(stream if stream is not None else current_stream())
 
     def elapsed_time(self, end_event: "Event") -> float:
         """Milliseconds from this event's completion to end_event's."""
-        return self._event.elapsed_time(end_event._event)
+        return _C._event_elapsed_ms(self.event_id, end_event.event_id)
 
     def __repr__(self):
-        return f"<torch.tpu.Event {self._event!r}>"
+        return f"<torch.tpu.Event {super().__repr__()}>"
 
 
 def current_stream(device=None) -> Stream:

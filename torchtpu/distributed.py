@@ -60,6 +60,10 @@ class TpuDistProcessGroup(dist.ProcessGroup):
     def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta):
         super().__init__(rank, size)
         self._gloo = dist.ProcessGroupGloo(store, rank, size, timeout)
+        # CPU tensors' backend; it also holds the group's name (ProcessGroup keeps a
+        # group's name in its backends, and DeviceMesh, FSDP2 and functional
+        # collectives find groups by name)
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
 
     def getBackendName(self) -> str:
         return BACKEND
@@ -232,12 +236,14 @@ class TpuDistProcessGroup(dist.ProcessGroup):
         return _done(tensors)
 
 
-def _create(store, rank, size, timeout):
-    return TpuDistProcessGroup(store, rank, size, timeout)
+def _create(opts, backend_options):
+    pg = TpuDistProcessGroup(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    pg._set_group_name(opts.group_id)  # DeviceMesh (FSDP2, DTensor) finds groups by name
+    return pg
 
 
 def register() -> None:
     """Makes "tpu_dist" a torch.distributed backend and the default one for tpu."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "tpu"])
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "tpu"])

@@ -82,6 +82,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_explain_clear", [] { tpu_explain_clear(); });
   m.def("_call_site", [] { return python_call_site(); });
   m.def("_cpu_threads_beside_runtime", [] { return cpu_threads_beside_runtime(); });
+  // torch.Event.elapsed_time takes only an exact torch.Event; torch.tpu.Event subclasses
+  // it (so torch.Stream.wait_event takes it) and times through the event ids.
+  m.def("_event_elapsed_ms", [](uintptr_t a, uintptr_t b) {
+    TORCH_CHECK(a && b, "elapsed_time: both events must be recorded first");
+    double ms = 0;
+    check(tpu_event_elapsed_ms(reinterpret_cast<tpu_event_t*>(a), reinterpret_cast<tpu_event_t*>(b), &ms));
+    return ms;
+  });
   m.def("_set_backward_site", [](const std::string& s) { set_backward_site(s); });
   m.def("_plan_cache_stats", [] {
     uint64_t plans, hits;
