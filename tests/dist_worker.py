@@ -52,6 +52,13 @@ out["reduce_scatter_tensor"] = rs.tolist()
 a2a = torch.empty(world * 2, device=dev)
 dist.all_to_all_single(a2a, torch.arange(world * 2.0, device=dev) + 10 * rank)
 out["all_to_all_single"] = a2a.tolist()
+sub = dist.new_group(list(range(world)))  # a second group, made through the same backend
+t = full(2, rank + 1)
+dist.all_reduce(t, group=sub)
+out["subgroup"] = t.tolist()
+c = torch.full((2,), float(rank + 1))  # a CPU tensor in the tpu_dist group
+dist.all_reduce(c)
+out["cpu_tensor"] = c.tolist()
 strided = torch.arange(6.0, device=dev).view(2, 3).t()  # a non-contiguous tensor
 dist.all_reduce(strided)
 out["strided"] = strided.tolist()

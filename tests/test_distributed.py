@@ -71,6 +71,7 @@ def test_collectives_and_ddp_two_processes(backend):
         assert r["broadcast"] == [0.0, 2.0, 4.0]
         assert r["all_gather"] == [[0.0, 0.0], [1.0, 1.0]]
         assert r["all_gather_into_tensor"] == [0.0, 0.0, 1.0, 1.0]
+        assert r["subgroup"] == [3.0, 3.0] and r["cpu_tensor"] == [3.0, 3.0]
         assert r["strided"] == [[0.0, 6.0], [2.0, 8.0], [4.0, 10.0]]
         assert "ReduceOp.AVG needs floating tensors" in r["avg_int_error"]
     # reduce_scatter of (arange(4) + rank) summed over ranks = [1, 3, 5, 7]; rank r gets block r
