@@ -44,6 +44,19 @@ def _stage(tensors, what: str) -> list[torch.Tensor]:
     return [t.cpu() if t.device.type == "tpu" else t for t in tensors]
 
 
+def _buffers(tensors) -> list[torch.Tensor]:
+    """Host buffers for the tpu tensors among tensors that a collective only writes."""
+    return [torch.empty(t.shape, dtype=t.dtype) if t.device.type == "tpu" else t for t in tensors]
+
+
+def _rank_blocks(out: torch.Tensor, ranks: int, shape) -> list[torch.Tensor]:
+    """The ranks consecutive blocks of a contiguous out, each viewed as shape."""
+    n = torch.Size(shape).numel()
+    if n == 0:
+        return [out.new_empty(shape) for _ in range(ranks)]
+    return [b.view(shape) for b in out.view(-1).split(n)]
+
+
 def _unstage(dst, staged) -> None:
     for d, s in zip(dst, staged):
         if d is not s:
@@ -68,8 +81,9 @@ class TpuDistProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND
 
-    def _reduce_op(self, op, dtypes):
+    def _reduce_op(self, opts, dtypes):
         """Gloo has no AVG: SUM, then divide by the group size (floating tensors only)."""
+        op = opts.reduceOp if opts is not None else _SUM
         if not _is_avg(op):
             return op, False
         bad = [d for d in dtypes if not (d.is_floating_point or d.is_complex)]
@@ -81,7 +95,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         if not isinstance(tensors, list):
             tensors = [tensors]
-        op, avg = self._reduce_op(opts.reduceOp if opts is not None else _SUM, [t.dtype for t in tensors])
+        op, avg = self._reduce_op(opts, [t.dtype for t in tensors])
         staged = _stage(tensors, "all_reduce")
         o = dist.AllreduceOptions()
         o.reduceOp = op
@@ -113,7 +127,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         staged_in = _stage(inputs, "all_gather")
-        staged_out = [_stage(outs, "all_gather") for outs in output_lists]
+        staged_out = [_buffers(outs) for outs in output_lists]
         self._gloo.allgather(staged_out, staged_in).wait()
         for outs, st in zip(output_lists, staged_out):
             _unstage(outs, st)
@@ -122,13 +136,12 @@ class TpuDistProcessGroup(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         (inp,) = _stage([input], "all_gather_into_tensor")
         out = torch.empty(output.shape, dtype=output.dtype)
-        parts = [p.view(inp.shape) for p in out.view(self.size(), -1)]
-        self._gloo.allgather([parts], [inp.contiguous()]).wait()
+        self._gloo.allgather([_rank_blocks(out, self.size(), inp.shape)], [inp.contiguous()]).wait()
         output.copy_(out)
         return _done([output])
 
     def reduce(self, tensors, opts=None):
-        op, avg = self._reduce_op(opts.reduceOp if opts is not None else _SUM, [t.dtype for t in tensors])
+        op, avg = self._reduce_op(opts, [t.dtype for t in tensors])
         staged = _stage(tensors, "reduce")
         o = dist.ReduceOptions()
         o.reduceOp = op
@@ -145,11 +158,11 @@ class TpuDistProcessGroup(dist.ProcessGroup):
         """All-reduce of the whole input, then this rank's block (Gloo's transport)."""
         (inp,) = _stage([input], "reduce_scatter_tensor")
         o = dist.AllreduceOptions()
-        op, avg = self._reduce_op(opts.reduceOp if opts is not None else _SUM, [inp.dtype])
+        op, avg = self._reduce_op(opts, [inp.dtype])
         o.reduceOp = op
         inp = inp.contiguous().clone()
         self._gloo.allreduce([inp], o).wait()
-        mine = inp.view(self.size(), -1)[self.rank()].view(output.shape)
+        mine = _rank_blocks(inp, self.size(), output.shape)[self.rank()]
         if avg:
             mine = mine / self.size()
         output.copy_(mine)
@@ -162,7 +175,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
 
     def gather(self, output_lists, inputs, opts=None):
         staged_in = _stage(inputs, "gather")
-        staged_out = [_stage(outs, "gather") for outs in output_lists]
+        staged_out = [_buffers(outs) for outs in output_lists]
         o = dist.GatherOptions()
         if opts is not None:
             o.rootRank = opts.rootRank
@@ -172,7 +185,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
         return _done(output_lists)
 
     def scatter(self, outputs, input_lists, opts=None):
-        staged_out = _stage(outputs, "scatter")
+        staged_out = _buffers(outputs)
         staged_in = [_stage(ins, "scatter") for ins in input_lists]
         o = dist.ScatterOptions()
         if opts is not None:
@@ -196,8 +209,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
         o.rootRank = root
         if self.rank() == root:
             out = torch.empty(output.shape, dtype=output.dtype)
-            parts = [p.view(inp.shape) for p in out.view(self.size(), -1)]
-            self._gloo.gather([parts], [inp.contiguous()], o).wait()
+            self._gloo.gather([_rank_blocks(out, self.size(), inp.shape)], [inp.contiguous()], o).wait()
             output.copy_(out)
         else:
             self._gloo.gather([], [inp.contiguous()], o).wait()
@@ -230,7 +242,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
         return _done(tensors)
 
     def recv(self, tensors, src, tag=0):
-        staged = [torch.empty(t.shape, dtype=t.dtype) for t in tensors]
+        staged = _buffers(tensors)
         self._gloo.recv(staged, src, tag).wait()
         _unstage(tensors, staged)
         return _done(tensors)
