@@ -27,8 +27,9 @@ def free_port():
 def run_ranks(mode, backend, world=2):
     """world processes on this host, with the environment torchrun gives them."""
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHTPU_NUM_DEVICES", "TPU_VISIBLE_DEVICES", "TORCHTPU_NUM_THREADS")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's torchtpu
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port(), WORLD_SIZE=str(world),
-               LOCAL_WORLD_SIZE=str(world))
+               LOCAL_WORLD_SIZE=str(world), PYTHONPATH=os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")])))
     procs = [subprocess.Popen([sys.executable, WORKER, mode, backend], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(world)]

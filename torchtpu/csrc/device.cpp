@@ -2,6 +2,7 @@
 // generator. Each is a translation onto libtpurt calls.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -293,6 +294,19 @@ struct TpuGuardImpl final : c10::impl::DeviceGuardImplInterface {
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
 
+// ---- DDP's timer ------------------------------------------------------------------------
+// DistributedDataParallel times forward, backward and communication per device type (its
+// logging data, and a warning on every run for a device without a timer). These are the
+// host times at which the issuing thread reached each point, as CPU's timer records them.
+struct TpuDdpTimer final : c10d::Timer {
+  explicit TpuDdpTimer(c10::Device) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    auto a = getTimestamp(start), b = getTimestamp(end);
+    if (!a || !b || *b < *a) return std::nullopt;
+    return *b - *a;
+  }
+};
+
 // ---- hooks ------------------------------------------------------------------------------
 struct TpuHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
@@ -326,3 +340,7 @@ static bool register_hooks = [] {
 }();
 
 }  // namespace torchtpu
+
+namespace c10d {  // the registry's own namespace, as its macro needs
+C10_REGISTER_TYPED_CLASS(TimerRegistry, c10::kPrivateUse1, torchtpu::TpuDdpTimer);
+}  // namespace c10d
