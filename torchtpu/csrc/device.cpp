@@ -78,8 +78,8 @@ static void delete_storage(void* ctx) { tpu_storage_release(static_cast<tpu_stor
 // each parallel region (libgomp's default wait policy, fixed when libgomp loads, before
 // torchtpu does). With the host driver those spins take the cores the runtime's pool
 // computes on: a training loop that builds its batches with CPU ops ran its tpu steps
-// 1.5-1.7x slower (CNN example: 8.9 vs 5.3 ms per step in defer_and_fuse, 7.8 vs 5.8 ms
-// in strict). So once the host driver is in use (the first tpu allocation), PyTorch's
+// slower (CNN example, 200 steps, three alternating runs: 8.1-10.4 ms per step with two
+// PyTorch threads, 6.9-8.2 ms with one). So once the host driver is in use (the first tpu allocation), PyTorch's
 // CPU ops get cpu_threads_beside_runtime() threads. A PJRT device computes off the CPU
 // and leaves them alone.
 int cpu_threads_beside_runtime() {
