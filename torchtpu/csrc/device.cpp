@@ -80,8 +80,8 @@ static void delete_storage(void* ctx) { tpu_storage_release(static_cast<tpu_stor
 // computes on: a training loop that builds its batches with CPU ops ran its tpu steps
 // slower (CNN example, 200 steps, three alternating runs: 8.1-10.4 ms per step with two
 // PyTorch threads, 6.9-8.2 ms with one). So once the host driver is in use (the first
-// tpu allocation), PyTorch's CPU ops get cpu_threads_beside_runtime() threads. A PJRT device computes off the CPU
-// and leaves them alone.
+// tpu allocation), PyTorch's CPU ops get cpu_threads_beside_runtime() threads. A PJRT
+// device computes off the CPU and leaves them alone.
 int cpu_threads_beside_runtime() {
   for (const char* var : {"TORCHTPU_CPU_THREADS", "OMP_NUM_THREADS"}) {
     const char* e = std::getenv(var);
