@@ -1,6 +1,8 @@
 """torch._foreach_* ops (the optimizers' and clip_grad_norm_'s multi-tensor ops): native on
 tpu as one adapter call that applies the element op at every list position (libtpurt's
 tpu_foreach_prepare), compared with PyTorch's CPU results."""
+import warnings
+
 import pytest
 import torch
 
@@ -225,6 +227,39 @@ def test_fused_optimizers_match_cpu(name, dtype):
     want_p, want_s = _fused_run("cpu", FUSED[name], dtype)
     assert len(got_s) == len(want_s)
     for t, c in zip(got_p + got_s, want_p + want_s):
+        close(t.detach(), c.detach())
+
+
+@pytest.mark.parametrize("name", ["adam_wd_amsgrad", "sgd_nesterov"])
+def test_fused_optimizer_many_parameters_match_cpu(name):
+    """151 parameter steps, ten of them on views of one storage and one parameter listed
+    twice: defer_and_fuse runs the small per-parameter steps of a graph up to 64 at a time
+    over the pool (run_independent: here runs of 32, 64 and 46, then the views one at a
+    time), and steps whose values meet only one after another (the duplicate sees the
+    first update, as in CPU's loop). Every mode must match CPU. (Whether two steps would
+    race is timing: this checks the results of the batched path, not the race.)"""
+    def run(device):
+        torch.manual_seed(0)
+        params = [torch.randn(3 + i % 5, 4, dtype=torch.float64) for i in range(140)]
+        params.append(torch.randn(40, 8, dtype=torch.float64))
+        leaves = [p.to(device).requires_grad_() for p in params]
+        for p in leaves:
+            p.grad = torch.randn(p.shape, dtype=p.dtype).to(device)
+        # ten more parameters that are views of the last one's storage
+        views = [leaves[-1].detach()[i * 4:(i + 1) * 4] for i in range(10)]
+        for v, g in zip(views, leaves[-1].grad.split(4)):
+            v.grad = g
+        with warnings.catch_warnings():  # a parameter listed twice: PyTorch warns, then
+            warnings.simplefilter("ignore")  # updates it twice, one step after the other
+            # (at position 32, where a run of 64 steps is split between two threads)
+            opt = FUSED[name](leaves[:32] + [leaves[0]] + leaves[32:-1] + views)
+        for _ in range(3):
+            opt.step()
+        return leaves
+    with native("_fused_adam_", "_fused_adamw_", "_fused_sgd_"):
+        got = run("tpu")
+        torch.tpu.synchronize()
+    for t, c in zip(got, run("cpu")):
         close(t.detach(), c.detach())
 
 

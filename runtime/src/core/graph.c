@@ -824,6 +824,34 @@ static int donate_dead_input(tpu_node_t* n) {
   return 0;
 }
 
+/* From position pos, the single-kernel steps the driver may run at once
+ * (run_independent) into run[]: small streaming nodes (a fused optimizer's step of one
+ * parameter each) of which none writes a value another one reads or writes, all of
+ * whose values hold memory already (two threads never materialize one value). Returns
+ * how many (0 or 1: run pos alone). */
+static int independent_run(const tpu_graph_t* g, int pos, tpu_node_t** run) {
+  vset_t reads = {0}, writes = {0};
+  int k = 0;
+  for (int q = pos; q < g->n && k < TPU_MAX_INDEPENDENT && g->glen[q] == 1; ++q) {
+    tpu_node_t* n = g->nodes[g->order[q]];
+    if (!(n->flags & TPU_NODE_STREAMING) || !tpu__node_is_small(n)) break;
+    bool clash = false, ok = true;
+    for (int i = 0; i < n->n_out && !clash; ++i)
+      clash = n->out_bound[i] && (!n->out[i].value->data || vset_has(&reads, n->out[i].value) ||
+                                  vset_has(&writes, n->out[i].value));
+    for (int i = 0; i < n->n_in && !clash; ++i)
+      clash = n->in[i].value && (!n->in[i].value->data || vset_has(&writes, n->in[i].value));
+    if (clash) break;
+    for (int i = 0; i < n->n_out && ok; ++i) ok = !n->out_bound[i] || vset_add(&writes, n->out[i].value);
+    for (int i = 0; i < n->n_in && ok; ++i) ok = !n->in[i].value || vset_add(&reads, n->in[i].value);
+    if (!ok) break; /* host OOM: run them one at a time */
+    run[k++] = n;
+  }
+  tpu__free(reads.keys);
+  tpu__free(writes.keys);
+  return k;
+}
+
 tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   double t0 = now_us();
   int donated = 0;
@@ -832,10 +860,15 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   tpu_node_t* members[MAX_GROUP];
   uint8_t internal[MAX_GROUP];
   tpu_vmark_t inside;
+  tpu_node_t* run[TPU_MAX_INDEPENDENT];
   for (int pos = 0; pos < g->n;) {
     int len = g->glen[pos];
     tpu_status_t st = NULL;
-    if (len == 1) {
+    int nrun = len == 1 && drv->vt->run_independent ? independent_run(g, pos, run) : 0;
+    if (nrun > 1) {
+      st = drv->vt->run_independent(drv, device, run, nrun);
+      len = nrun;
+    } else if (len == 1) {
       tpu_node_t* n = g->nodes[g->order[pos]];
       if (drv->vt->can_fuse && drv->vt->can_fuse(drv, n)) donated += donate_dead_input(n);
       st = tpu__node_run(device, n);

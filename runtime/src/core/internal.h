@@ -191,6 +191,9 @@ tpu_status_t tpu__queue_run_here(int device, tpu_node_t* node, pthread_mutex_t* 
 /* tpu_flush for a caller that synchronizes next: the cut graph runs on the calling thread
  * when the queue is idle (two thread wake-ups saved per host read). */
 tpu_status_t tpu__flush_for_sync(int device, const char* reason);
+/* Whether a node touches at most the inline limit of distinct memory (streaming ops:
+ * the larger limit), so running it alone costs little more than handing it to a thread. */
+bool tpu__node_is_small(const tpu_node_t* n);
 /* Runs one node through the driver with debug checks and the trace (queue thread). */
 tpu_status_t tpu__node_run(int device, tpu_node_t* node);
 extern _Atomic int tpu__eager_mode; /* tpu_eager_mode_t */
@@ -226,7 +229,12 @@ typedef struct tpu_driver_vtable_s {
   /* Optional: node, a row reduction reading producer's output, can end a group (it then
    * runs as the group's last member, all its outputs materialized). */
   bool (*can_end_group)(tpu_driver_t* d, const tpu_node_t* producer, const tpu_node_t* node);
+  /* Optional: runs nodes[0..k), none of which writes a value another one reads or writes,
+   * each as tpu__node_run would, possibly at the same time on several threads; returns
+   * the first error in node order (the others are freed). */
+  tpu_status_t (*run_independent)(tpu_driver_t* d, int device, tpu_node_t* const* nodes, int k);
 } tpu_driver_vtable_t;
+#define TPU_MAX_INDEPENDENT 64 /* k of run_independent */
 struct tpu_driver_s { const tpu_driver_vtable_t* vt; };
 
 tpu_driver_t* tpu__driver(void);       /* the active driver (host for now) */

@@ -151,7 +151,7 @@ static bool streams(const tpu_node_t* n) {
   return drv->vt->can_fuse && drv->vt->can_fuse(drv, n);
 }
 
-static bool node_is_small(const tpu_node_t* n) {
+bool tpu__node_is_small(const tpu_node_t* n) {
   if (n->kind == TPU_KIND_GRAPH) return false;
   int64_t limit = streams(n) ? INLINE_EW_BYTES : INLINE_BYTES;
   int64_t bytes = 0;
@@ -190,7 +190,7 @@ static tpu_status_t push(int device, tpu_node_t* n, bool wait, bool here_ok, pth
     pthread_detach(q->thread);
     q->started = true;
   }
-  if (!wait && q->completed == q->submitted && (here_ok || node_is_small(n)) &&
+  if (!wait && q->completed == q->submitted && (here_ok || tpu__node_is_small(n)) &&
       !pthread_equal(pthread_self(), q->thread)) {
     ++q->submitted;
     pthread_mutex_lock(&q->exec_mu); /* before q->mu is released: nothing queued after

@@ -99,6 +99,34 @@ static tpu_status_t host_read(tpu_driver_t* d, const tpu_value_t* src, uint64_t 
   return NULL;
 }
 
+/* Independent small nodes (a fused optimizer step's parameters) split over the pool,
+ * whole nodes per thread: alone, each is too small for its kernel to split. */
+typedef struct independent_s {
+  int device;
+  tpu_node_t* const* nodes;
+  tpu_status_t* st;
+} independent_t;
+
+static tpu_status_t run_independent_chunk(void* arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  independent_t* c = arg;
+  for (int64_t i = b; i < e; ++i) c->st[i] = tpu__node_run(c->device, c->nodes[i]);
+  return NULL;
+}
+
+static tpu_status_t host_run_independent(tpu_driver_t* d, int device, tpu_node_t* const* nodes, int k) {
+  (void)d;
+  tpu_status_t st[TPU_MAX_INDEPENDENT];
+  if (k > TPU_MAX_INDEPENDENT) return tpu_status_make(TPU_INTERNAL, "%d independent nodes at once", k);
+  independent_t c = {device, nodes, st};
+  tpu_status_t first = tpu__parallel_for(k, 1, run_independent_chunk, &c);
+  for (int i = 0; i < k; ++i) {
+    if (!first) first = st[i];
+    else tpu_status_free(st[i]);
+  }
+  return first;
+}
+
 static const tpu_driver_vtable_t host_vtable = {
     .name = "host",
     .device_count = host_device_count,
@@ -111,6 +139,7 @@ static const tpu_driver_vtable_t host_vtable = {
     .can_fuse = tpu__host_can_fuse,
     .run_group = tpu__host_run_group,
     .can_end_group = tpu__host_can_end_group,
+    .run_independent = host_run_independent,
 };
 
 static tpu_driver_t host_driver = {&host_vtable};
