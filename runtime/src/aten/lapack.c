@@ -32,7 +32,6 @@ static tpu_status_t square(tpu_build_t* b, const tpu_view_t* A, const char* api)
   return NULL;
 }
 
-/* ATen's checkFloatingOrComplex, then the dtypes that run here (f32, f64). */
 /* The LAPACK kernels here take float32 and float64; anything else is "not implemented
  * for" CPU's kernel name, as ATen says. */
 static tpu_status_t lapack_dtype(tpu_build_t* b, const tpu_view_t* A, const char* kernel) {
@@ -41,6 +40,7 @@ static tpu_status_t lapack_dtype(tpu_build_t* b, const tpu_view_t* A, const char
   return NULL;
 }
 
+/* ATen's checkFloatingOrComplex, then the dtypes that run here (f32, f64). */
 static tpu_status_t floating(tpu_build_t* b, const tpu_view_t* A, const char* api, const char* kernel) {
   if (!tpu_dtype_is_floating(A->dtype) && !tpu_dtype_is_complex(A->dtype))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected a floating point or complex tensor as input. Got %s", api,
