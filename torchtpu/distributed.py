@@ -63,10 +63,6 @@ def _unstage(dst, staged) -> None:
             d.copy_(s)
 
 
-def _is_avg(op) -> bool:
-    return op == dist.ReduceOp.AVG
-
-
 class TpuDistProcessGroup(dist.ProcessGroup):
     """A process group over Gloo for tpu (and CPU) tensors; see the module docstring."""
 
@@ -84,7 +80,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
     def _reduce_op(self, opts, dtypes):
         """Gloo has no AVG: SUM, then divide by the group size (floating tensors only)."""
         op = opts.reduceOp if opts is not None else _SUM
-        if not _is_avg(op):
+        if op != dist.ReduceOp.AVG:
             return op, False
         bad = [d for d in dtypes if not (d.is_floating_point or d.is_complex)]
         if bad:
@@ -108,10 +104,7 @@ class TpuDistProcessGroup(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         for t in tensors:
-            o = dist.AllreduceOptions()
-            if opts is not None:
-                o.reduceOp = opts.reduceOp
-            self.allreduce([t], o)
+            self.allreduce([t], opts)
         return _done(tensors)
 
     def broadcast(self, tensors, opts=None):

@@ -1,6 +1,7 @@
 // Python bindings of torchtpu._C: device queries, memory statistics, generators and the
 // fallback report. Thin wrappers over libtpurt and the adapter.
 #include <torch/csrc/Generator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/extension.h>
 
 #include "adapter.h"
@@ -83,12 +84,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_call_site", [] { return python_call_site(); });
   m.def("_cpu_threads_beside_runtime", [] { return cpu_threads_beside_runtime(); });
   // torch.Event.elapsed_time takes only an exact torch.Event; torch.tpu.Event subclasses
-  // it (so torch.Stream.wait_event takes it) and times through the event ids.
+  // it (so torch.Stream.wait_event takes it) and times through the event ids, with the
+  // guard's own elapsedTime.
   m.def("_event_elapsed_ms", [](uintptr_t a, uintptr_t b) {
-    TORCH_CHECK(a && b, "elapsed_time: both events must be recorded first");
-    double ms = 0;
-    check(tpu_event_elapsed_ms(reinterpret_cast<tpu_event_t*>(a), reinterpret_cast<tpu_event_t*>(b), &ms));
-    return ms;
+    return c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+        ->elapsedTime(reinterpret_cast<void*>(a), reinterpret_cast<void*>(b), 0);
   });
   m.def("_set_backward_site", [](const std::string& s) { set_backward_site(s); });
   m.def("_plan_cache_stats", [] {

@@ -829,12 +829,19 @@ static int donate_dead_input(tpu_node_t* n) {
  * parameter each) of which none writes a value another one reads or writes, all of
  * whose values hold memory already (two threads never materialize one value). Returns
  * how many (0 or 1: run pos alone). */
+static bool may_join(const tpu_graph_t* g, int q) {
+  if (q >= g->n || g->glen[q] != 1) return false;
+  const tpu_node_t* n = g->nodes[g->order[q]];
+  return (n->flags & TPU_NODE_STREAMING) && tpu__node_is_small(n);
+}
+
 static int independent_run(const tpu_graph_t* g, int pos, tpu_node_t** run) {
+  /* the common cases (no streaming node, or one alone) without building the sets */
+  if (!may_join(g, pos) || !may_join(g, pos + 1)) return 0;
   vset_t reads = {0}, writes = {0};
   int k = 0;
-  for (int q = pos; q < g->n && k < TPU_MAX_INDEPENDENT && g->glen[q] == 1; ++q) {
+  for (int q = pos; k < TPU_MAX_INDEPENDENT && may_join(g, q); ++q) {
     tpu_node_t* n = g->nodes[g->order[q]];
-    if (!(n->flags & TPU_NODE_STREAMING) || !tpu__node_is_small(n)) break;
     bool clash = false, ok = true;
     for (int i = 0; i < n->n_out && !clash; ++i)
       clash = n->out_bound[i] && (!n->out[i].value->data || vset_has(&reads, n->out[i].value) ||
@@ -864,7 +871,7 @@ tpu_status_t tpu__graph_run(int device, tpu_graph_t* g) {
   for (int pos = 0; pos < g->n;) {
     int len = g->glen[pos];
     tpu_status_t st = NULL;
-    int nrun = len == 1 && drv->vt->run_independent ? independent_run(g, pos, run) : 0;
+    int nrun = drv->vt->run_independent ? independent_run(g, pos, run) : 0;
     if (nrun > 1) {
       st = drv->vt->run_independent(drv, device, run, nrun);
       len = nrun;
