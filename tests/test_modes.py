@@ -74,6 +74,34 @@ def test_defer_fuses_elementwise_chain_exactly(dtype):
     assert "host read" in c["reason"] and "test_modes.py" in c["site"]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_defer_fuses_large_groups_exactly(dtype):
+    """Groups over more than 65,536 elements run in short tiles, one chain per group:
+    results stay bit-identical to strict with a broadcast operand, a transposed (strided)
+    input, a mixed-dtype operand and in-place updates, and two unrelated chains of one
+    large shape get a group each."""
+    torch.manual_seed(0)
+    p, m = torch.randn(300, 301).to(dtype), torch.randn(300, 301).to(dtype)
+    g, row = torch.randn(301, 300).to(dtype).t(), torch.rand(301)
+    half, other = torch.randn(300, 301).to(torch.float16), torch.randn(300, 301).to(dtype)
+
+    def f(p, m, g, row, half, other):
+        p.mul_(0.99)
+        m.lerp_(g, 0.1)
+        p.addcdiv_(m, (m * m + row).sqrt().add_(1e-3), value=-0.01)
+        q = (half * 2 + other).exp().mul(0.5)  # touches no value of the first: a group of its own
+        return p, m, q
+
+    with torchtpu.set_eager_mode("strict"):
+        ref = [t.cpu() for t in f(*(t.to("tpu") for t in (p, m, g, row, half, other)))]
+    torchtpu.explain(clear=True)
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        got = [t.cpu() for t in f(*(t.to("tpu") for t in (p, m, g, row, half, other)))]
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    assert sum(c["fused_groups"] for c in torchtpu.explain()) >= 2
+
+
 def test_defer_respects_aliasing_and_inplace():
     x = torch.randn(64, 64)
     def f(t):

@@ -541,12 +541,11 @@ static bool ends_group(tpu_driver_t* drv, tpu_node_t** nodes, const int* members
  * group holds complete chains whose temporaries stay internal, rather than the same op
  * over many unrelated tensors. A member joins only if it is independent of every node it
  * moves up past. Nodes that cannot fuse keep their program order; a group runs where its
- * first op was. Further components join only groups of at most MERGE_MAX_NUMEL elements:
- * for small tensors (an optimizer's many small parameters) sharing a group saves each
- * chain's per-group costs; for large ones it saves nothing and adds streams that a tile
- * must hold in L1, so the driver's tiles shrink (host/fuse.c). */
+ * first op was. Further components join only groups of at most TPU_GROUP_SMALL_NUMEL
+ * elements: for small tensors (an optimizer's many small parameters) sharing a group
+ * saves each chain's per-group costs; for large ones it saves nothing and adds streams
+ * that a tile must hold in L1, so the driver's tiles shrink (host/fuse.c). */
 #define LOOKAHEAD 2048
-#define MERGE_MAX_NUMEL 65536
 
 static tpu_status_t partition(tpu_graph_t* g) {
   tpu_driver_t* drv = tpu__driver();
@@ -575,7 +574,7 @@ static tpu_status_t partition(tpu_graph_t* g) {
       memset(taken, 0, (size_t)(limit - i));
       taken[0] = 1;
       int left = size[0] - 1; /* members of accepted components not yet placed */
-      bool merge = tpu__operand_numel(&g->nodes[i]->out[0]) <= MERGE_MAX_NUMEL;
+      bool merge = tpu__operand_numel(&g->nodes[i]->out[0]) <= TPU_GROUP_SMALL_NUMEL;
       vset_clear(&sr);
       vset_clear(&sw);
       bool sets_ok = true;

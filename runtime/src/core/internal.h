@@ -235,6 +235,10 @@ typedef struct tpu_driver_vtable_s {
   tpu_status_t (*run_independent)(tpu_driver_t* d, int device, tpu_node_t* const* nodes, int k);
 } tpu_driver_vtable_t;
 #define TPU_MAX_INDEPENDENT 64 /* k of run_independent */
+/* Groups of at most this many elements (per member) work on cache-resident data: the
+ * planner may give them several unrelated chains (core/graph.c), the host driver long
+ * tiles; larger ones stream from memory (host/fuse.c's group_tile). */
+#define TPU_GROUP_SMALL_NUMEL 65536
 struct tpu_driver_s { const tpu_driver_vtable_t* vt; };
 
 tpu_driver_t* tpu__driver(void);       /* the active driver (host for now) */
