@@ -152,7 +152,9 @@ def main():
         print(f"{name}: strict {s*1e3:.2f} ms, defer_and_fuse {d*1e3:.2f} ms ({s/d:.2f}x), "
               f"CPU eager {c*1e3:.2f} ms; peak MiB strict {ps/2**20:.2f} defer {pd/2**20:.2f}; "
               f"fusable share of kernel time {share:.0%}", flush=True)
-    cmd = "python bench/modes.py" + (" --quick" if a.quick else "") + (f" --write {a.write}" if a.write else "")
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    cmd = ("python bench/modes.py" + (" --quick" if a.quick else "") + (f" --iters {a.iters}" if a.iters else "") +
+           (f" --write {os.path.relpath(a.write, root)}" if a.write else ""))
     lines = ["## Eager modes", "", f"Command: `{cmd}` (steady-state median of {iters} iterations after 3 "
              "warm-up iterations; one process, same machine, so read the ratios).", "",
              "| workload | strict ms | defer_and_fuse ms | defer vs strict | CPU eager ms | defer vs CPU | "
