@@ -133,15 +133,19 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
   int64_t per_row = (inner + c->span - 1) / c->span;
   const char* tile_at[MAX_OPS]; /* this tile of each member's output */
   char* row_at[MAX_OPS];        /* this item's row of each external operand */
+  int64_t row = -1; /* the row row_at points into */
   for (int64_t item = i0; item < i1; ++item) {
     int64_t r = item / per_row, c0 = item % per_row * c->span;
     int64_t c1 = c0 + c->span < inner ? c0 + c->span : inner;
-    int64_t idx[TPU_MAX_DIMS] = {0};
-    for (int64_t q = r, d = nd - 2; d >= 0; --d) { idx[d] = q % shape[d]; q /= shape[d]; }
-    for (int e = 0; e < c->n_ext; ++e) {
-      int64_t off = ext[e]->offset;
-      for (int d = 0; d < nd - 1; ++d) off += idx[d] * c->strides[e][d];
-      row_at[e] = (char*)ext[e]->value->data + off * c->esize[e];
+    if (r != row) { /* an item is often one tile: the next item is mostly in the same row */
+      row = r;
+      int64_t idx[TPU_MAX_DIMS] = {0};
+      for (int64_t q = r, d = nd - 2; d >= 0; --d) { idx[d] = q % shape[d]; q /= shape[d]; }
+      for (int e = 0; e < c->n_ext; ++e) {
+        int64_t off = ext[e]->offset;
+        for (int d = 0; d < nd - 1; ++d) off += idx[d] * c->strides[e][d];
+        row_at[e] = (char*)ext[e]->value->data + off * c->esize[e];
+      }
     }
     for (int64_t t0 = c0; t0 < c1; t0 += tile) {
       int64_t len = c1 - t0 < tile ? c1 - t0 : tile;
