@@ -13,7 +13,8 @@
 
 /* A tile function reads every input as a tile, except B or C (inputs 1, 2) when the
  * node has a scalar there: that one is read once from the node, in the compute dtype,
- * exactly as the constant tile its caller filled (which then stays unread). A loop that
+ * exactly as a constant tile would hold it. Every tile function here keeps to this
+ * (pow, clamp too), so a fused group passes no tile for such an input (host/fuse.c). A loop that
  * loads a constant tile per element ran an optimizer's fused chain 1.2x slower than with
  * the constants in registers (bench/tile_streams.c). */
 #define TILE_LOOP(LOAD, EXPR) for (int64_t i = 0; i < n; ++i) { LOAD r[i] = (EXPR); }
@@ -258,6 +259,8 @@ TILE_FI(threshold, 1, a <= p0 ? p1 : a, a <= p0 ? p1 : a)
       if (e == (T)-0.5) { for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / sqrt(A[i]); return; } \
       if (e == -1) { for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / A[i]; return; }         \
       if (e == -2) { for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / (A[i] * A[i]); return; } \
+      for (int64_t i = 0; i < n; ++i) r[i] = pow(A[i], e);                                 \
+      return;                                                                              \
     }                                                                                      \
     for (int64_t i = 0; i < n; ++i) r[i] = pow(A[i], B[i]);                                \
   }
@@ -288,30 +291,42 @@ TILE_FI(addcmul, 3, a + p0 * b * c, UADD(a, UMUL(p0, UMUL(b, c))))
 TILE_F(addcdiv, 3, a + p0 * (b / c))
 TILE_F(lerp, 3, fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * ((T)1 - c))
 
-/* clamp: in[1] and in[2] are the bounds that were given (ia[1] has min, ia[2] has max).
- * A NaN bound makes the result NaN, as in PyTorch. */
-#define CLAMP_BODY(T, ISNAN)                                                             \
+/* clamp: in[1] and in[2] are the bounds that were given (ia[1] has min, ia[2] has max),
+ * each a tile or, when the node has a scalar there, that value (as every tile function
+ * here reads a scalar second or third input). A NaN bound makes the result NaN, as in
+ * PyTorch. */
+#define CLAMP_BODY(T, ISNAN, SV)                                                         \
   {                                                                                       \
     T* r = o;                                                                             \
     const T* x = in[0];                                                                   \
-    const T* lo = nd->ia[1] ? (const T*)in[1] : NULL;                                     \
-    const T* hi = nd->ia[2] ? (const T*)in[1 + (nd->ia[1] != 0)] : NULL;                  \
-    if (lo && hi) {                                                                       \
-      for (int64_t i = 0; i < n; ++i) {                                                   \
-        T v = x[i] < lo[i] || ISNAN(lo[i]) ? lo[i] : x[i];                                \
-        r[i] = v > hi[i] || ISNAN(hi[i]) ? hi[i] : v;                                     \
-      }                                                                                   \
-    } else if (lo) {                                                                      \
-      for (int64_t i = 0; i < n; ++i) r[i] = x[i] < lo[i] || ISNAN(lo[i]) ? lo[i] : x[i]; \
+    int jl = nd->ia[1] ? 1 : 0, jh = nd->ia[2] ? 1 + (jl != 0) : 0;                        \
+    bool ls = jl && nd->in[jl].is_scalar, hs = jh && nd->in[jh].is_scalar;                \
+    const T* lo = jl && !ls ? (const T*)in[jl] : NULL;                                    \
+    const T* hi = jh && !hs ? (const T*)in[jh] : NULL;                                    \
+    const T lv = ls ? (T)nd->in[jl].SV : 0, hv = hs ? (T)nd->in[jh].SV : 0;               \
+    (void)lv; (void)hv;                                                                   \
+    if (jl && jh) {                                                                       \
+      if (ls && hs) CLAMP_BOTH(T, ISNAN, lv, hv)                                             \
+      else if (ls) CLAMP_BOTH(T, ISNAN, lv, hi[i])                                           \
+      else if (hs) CLAMP_BOTH(T, ISNAN, lo[i], hv)                                           \
+      else CLAMP_BOTH(T, ISNAN, lo[i], hi[i])                                                \
+    } else if (jl) {                                                                      \
+      if (ls) CLAMP_ONE(ISNAN, <, lv) else CLAMP_ONE(ISNAN, <, lo[i])                     \
     } else {                                                                              \
-      for (int64_t i = 0; i < n; ++i) r[i] = x[i] > hi[i] || ISNAN(hi[i]) ? hi[i] : x[i]; \
+      if (hs) CLAMP_ONE(ISNAN, >, hv) else CLAMP_ONE(ISNAN, >, hi[i])                     \
     }                                                                                     \
   }
+#define CLAMP_BOTH(T, ISNAN, L, H)                                                           \
+  for (int64_t i = 0; i < n; ++i) {                                                       \
+    T v = x[i] < (L) || ISNAN(L) ? (L) : x[i];                                            \
+    r[i] = v > (H) || ISNAN(H) ? (H) : v;                                                 \
+  }
+#define CLAMP_ONE(ISNAN, CMP, B) for (int64_t i = 0; i < n; ++i) r[i] = x[i] CMP (B) || ISNAN(B) ? (B) : x[i];
 #define FNAN(v) ((v) != (v))
 #define NONAN(v) 0
-static void clamp_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(float, FNAN)
-static void clamp_f64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(double, FNAN)
-static void clamp_i64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(int64_t, NONAN)
+static void clamp_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(float, FNAN, scalar_d)
+static void clamp_f64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(double, FNAN, scalar_d)
+static void clamp_i64(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) CLAMP_BODY(int64_t, NONAN, scalar_i)
 
 /* ---- activation backward: a = grad_output, b = self (or result) ----------------------- */
 TILE_FI(threshold_bw, 2, b <= p0 ? (T)0 : a, b <= p0 ? 0 : a)

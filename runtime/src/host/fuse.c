@@ -19,7 +19,8 @@
 #define MAX_OPS 256
 
 typedef struct src_s {
-  int kind;        /* 0 external operand, 1 scalar, 2 producer tile */
+  int kind;        /* 0 external operand, 1 scalar, 2 producer tile, 3 a scalar the tile
+                      function reads from the node (inputs 1 and 2, host/elementwise.c) */
   int index;       /* external operand index, constant tile index or producer node index */
 } src_t;
 
@@ -118,7 +119,7 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
   char* conv_buf = const_buf + tile_bytes * (size_t)c->n_const;
   float* row_buf = (float*)(conv_buf + tile_bytes * (size_t)(8 * k)); /* the reduced member's row */
   double* row_scratch = (double*)(row_buf + 2 * row_k);              /* 8-byte aligned */
-  /* constant tiles for scalar inputs, as long as a tile of this group gets */
+  /* constant tiles for scalar first inputs, as long as a tile of this group gets */
   int64_t fill = nd && shape[nd - 1] < tile ? shape[nd - 1] : tile;
   for (int q = 0; q < c->n_const; ++q) {
     const tpu_operand_t* sc = c->consts[q];
@@ -156,6 +157,7 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
         for (int j = 0; j < n->n_in; ++j) {
           const src_t* s = &src[i * 8 + j];
           char* conv = conv_buf + tile_bytes * (size_t)(i * 8 + j);
+          if (s->kind == 3) continue;
           if (s->kind == 1) { ins[j] = const_buf + tile_bytes * (size_t)s->index; continue; }
           if (s->kind == 2) {
             const char* pb = tile_at[s->index];
@@ -246,7 +248,8 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   /* Gather external operands: inputs read from memory and outputs written to it. An
    * input reads the tile of the member that last wrote its value (the planner keeps one
    * view per value written in a group); a write that a later member overwrites is never
-   * stored; equal scalars share one constant tile. */
+   * stored; a scalar first input gets a constant tile (equal ones share it), while tile
+   * functions read a scalar second or third input from the node. */
   const tpu_operand_t* ext[MAX_OPS];
   int n_ext = 0;
   src_t* src = tpu__calloc((size_t)k * 8, sizeof(src_t));
@@ -282,6 +285,7 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     for (int j = 0; j < n->n_in; ++j) {
       const tpu_operand_t* op = &n->in[j];
       src_t* s = &src[i * 8 + j];
+      if (op->is_scalar && j > 0) { s->kind = 3; continue; } /* no constant tile */
       if (op->is_scalar) {
         int q = 0;
         while (q < n_const && !(const_dt[q] == cdt[i] && consts[q]->scalar_i == op->scalar_i &&
