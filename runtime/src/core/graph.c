@@ -844,7 +844,7 @@ static int independent_run(const tpu_graph_t* g, int pos, tpu_node_t** run) {
   if (!may_join(g, pos) || !may_join(g, pos + 1)) return 0;
   vset_t reads = {0}, writes = {0};
   int k = 0;
-  for (int q = pos; k < TPU_MAX_INDEPENDENT && may_join(g, q); ++q) {
+  for (int q = pos; k < TPU_MAX_INDEPENDENT && (q < pos + 2 || may_join(g, q)); ++q) { /* pos, pos+1: checked */
     tpu_node_t* n = g->nodes[g->order[q]];
     bool clash = false, ok = true;
     for (int i = 0; i < n->n_out && !clash; ++i)
