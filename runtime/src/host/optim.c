@@ -75,9 +75,21 @@ typedef struct adam_s {
   bool amsgrad, maximize, adamw, scaled;
 } adam_t;
 
-/* A block in simple passes, each a loop without branches that vectorizes (one loop with
- * the flags inside stays scalar): the gradient as used (take_grad, then coupled weight
- * decay) into gr, then the moments, then the parameter. */
+/* A block. The common steps (no grad_scale, maximize or amsgrad) are one loop over every
+ * operand: memory streams best when all of them advance together, and a pass per
+ * operand over a block from memory ran at half that rate. The other steps run in simple
+ * passes, each a loop without branches that vectorizes (one loop with the flags inside
+ * stays scalar): the gradient as used (take_grad, then coupled weight decay) into gr,
+ * then the moments, then the parameter. Both round each element's operations in the same
+ * order (no FMA contraction in C11), so they give identical results. */
+#define ADAM_ONE_LOOP(T, SQRT, P_DECAYED, GRAD)                                              \
+  for (int64_t i = 0; i < len; ++i) {                                                       \
+    const T pd = P_DECAYED, gi = GRAD;                                                      \
+    const T mi = m[i] * b1 + gi * c1, vi = v[i] * b2 + gi * gi * c2;                        \
+    m[i] = mi;                                                                              \
+    v[i] = vi;                                                                              \
+    p[i] = pd - step * mi / (SQRT(vi) / bc2 + eps);                                         \
+  }
 #define ADAM_BLOCK(T, SQRT)                                                                   \
   TPU_ISA_CLONES static void adam_block_##T(const adam_t* a, T* restrict p, T* restrict g,    \
                                             T* restrict m, T* restrict v, T* restrict vmax,   \
@@ -85,6 +97,12 @@ typedef struct adam_s {
     const T b1 = (T)a->beta1, b2 = (T)a->beta2, c1 = (T)(1 - a->beta1), c2 = (T)(1 - a->beta2); \
     const T wd = (T)a->wd, decay = (T)(1 - a->lr * a->wd), eps = (T)a->eps;                    \
     const T step = (T)a->step_size, bc2 = (T)a->bc2_sqrt, scale = (T)a->grad_scale;            \
+    if (!a->scaled && !a->maximize && !a->amsgrad) {                                          \
+      if (a->wd == 0) ADAM_ONE_LOOP(T, SQRT, p[i], g[i])                                     \
+      else if (a->adamw) ADAM_ONE_LOOP(T, SQRT, p[i] * decay, g[i])                          \
+      else ADAM_ONE_LOOP(T, SQRT, p[i], g[i] + p[i] * wd)                                    \
+      return;                                                                                 \
+    }                                                                                         \
     T buf[BLOCK];                                                                             \
     T* gr = take_grad_##T(a->scaled, a->maximize, a->wd != 0 && !a->adamw, scale, g, buf, len); \
     if (a->wd != 0 && a->adamw)                                                               \
