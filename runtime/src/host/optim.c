@@ -167,11 +167,30 @@ typedef struct sgd_s {
   bool nesterov, maximize, first, scaled, has_buf;
 } sgd_t;
 
+/* The step without grad_scale, maximize or a first momentum step, in one loop as Adam's:
+ * gi the gradient with weight decay, bi the new momentum buffer (HAS_BUF), NEW_P the
+ * parameter. */
+#define SGD_ONE_LOOP(T, GRAD, HAS_BUF, NEW_P)                                               \
+  for (int64_t i = 0; i < len; ++i) {                                                       \
+    const T gi = GRAD;                                                                      \
+    const T bi = HAS_BUF ? buf[i] * mom + gi * damp : (T)0;                                 \
+    if (HAS_BUF) buf[i] = bi;                                                               \
+    p[i] = NEW_P;                                                                           \
+  }
+#define SGD_VARIANTS(T, GRAD)                                                               \
+  if (!a->has_buf) SGD_ONE_LOOP(T, GRAD, 0, p[i] - lr * gi)                                 \
+  else if (a->nesterov) SGD_ONE_LOOP(T, GRAD, 1, p[i] - lr * (gi + bi * mom))               \
+  else SGD_ONE_LOOP(T, GRAD, 1, p[i] - lr * bi)
 #define SGD_BLOCK(T)                                                                        \
   TPU_ISA_CLONES static void sgd_block_##T(const sgd_t* a, T* restrict p, T* restrict g,     \
                                            T* restrict buf, int64_t len) {                   \
     const T lr = (T)a->lr, wd = (T)a->wd, mom = (T)a->momentum, damp = (T)(1 - a->dampening); \
     const T scale = (T)a->grad_scale;                                                       \
+    if (!a->scaled && !a->maximize && (!a->has_buf || !a->first)) {                        \
+      if (a->wd != 0) SGD_VARIANTS(T, g[i] + p[i] * wd)                                     \
+      else SGD_VARIANTS(T, g[i])                                                            \
+      return;                                                                               \
+    }                                                                                       \
     T tmp[BLOCK];                                                                           \
     T* gr = take_grad_##T(a->scaled, a->maximize, a->wd != 0 || a->has_buf, scale, g, tmp, len); \
     if (a->wd != 0)                                                                         \
