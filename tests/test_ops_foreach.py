@@ -230,6 +230,52 @@ def test_fused_optimizers_match_cpu(name, dtype):
         close(t.detach(), c.detach())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("kind,kwargs", [
+    ("adamw", dict(lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False)),
+    ("adamw", dict(lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)),
+    ("adam", dict(lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.1, eps=1e-8, amsgrad=False, maximize=False)),
+    ("sgd", dict(weight_decay=0.1, momentum=0.9, lr=0.1, dampening=0.2, nesterov=False, maximize=False,
+                 is_first_step=False)),
+    ("sgd", dict(weight_decay=0.1, momentum=0.9, lr=0.1, dampening=0.0, nesterov=True, maximize=False,
+                 is_first_step=False)),
+    ("sgd", dict(weight_decay=0.0, momentum=0.0, lr=0.1, dampening=0.0, nesterov=False, maximize=False,
+                 is_first_step=False)),
+])
+def test_fused_optimizer_step_paths_agree_exactly(kind, kwargs, dtype):
+    """The host kernels run the common step (no grad_scale, maximize or amsgrad) as one loop
+    over all operands and the others as a pass per operand; grad_scale=1 takes the second
+    path with the same arithmetic, so both must give bit-identical parameters and states
+    (sizes past one 512-element block and a ragged tail)."""
+    fn = {"adamw": torch._fused_adamw_, "adam": torch._fused_adam_, "sgd": torch._fused_sgd_}[kind]
+    g = torch.Generator().manual_seed(0)
+    base = [torch.randn(n, generator=g, dtype=torch.float64).to(dtype) for n in (1500, 7, 40000)]
+    grads = [torch.randn(t.shape, generator=g, dtype=torch.float64).to(dtype) for t in base]
+    n_states = 1 if kind == "sgd" else 2
+
+    def run(scale):
+        ps = [t.clone().to("tpu") for t in base]
+        states = [[(torch.rand(t.shape, generator=g, dtype=torch.float64) if s else
+                    torch.randn(t.shape, generator=g, dtype=torch.float64)).to(dtype).to("tpu")
+                   for t in base] for s in range(n_states)]
+        gs = [t.to("tpu") for t in grads]
+        extra = {} if scale is None else {"grad_scale": torch.tensor(scale, device="tpu")}
+        for step in range(2):
+            if kind == "sgd":
+                fn(ps, gs, states[0], **kwargs, **extra)
+            else:
+                steps = [torch.tensor(float(step + 1), device="tpu") for _ in ps]
+                fn(ps, gs, states[0], states[1], [], steps, **kwargs, **extra)
+        return [t.cpu() for t in ps + [x for st in states for x in st]]
+
+    g.manual_seed(1)
+    one_loop = run(None)
+    g.manual_seed(1)
+    passes = run(1.0)
+    for a, b in zip(one_loop, passes):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("name", ["adam_wd_amsgrad", "sgd_nesterov"])
 def test_fused_optimizer_many_parameters_match_cpu(name):
     """151 parameter steps, ten of them on views of one storage and one parameter listed
