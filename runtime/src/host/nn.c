@@ -134,17 +134,17 @@ typedef struct ln_s {
 TPU_ISA_CLONES static void ln_row_f64(const ln_t* L, const double* x, double* y, double* mu, double* rs) {
   int64_t k = L->k;
   const double *w = L->w, *bb = L->bb;
-  v8d acc = {0};
+  v8d acc = V8D_ZERO;
   double tail = 0;
   int64_t j = 0;
-  for (; j + LANES <= k; j += LANES) acc += ld8_f64(x + j);
+  for (; j + LANES <= k; j += LANES) acc = v8_add(acc, ld8_f64(x + j));
   for (; j < k; ++j) tail += x[j];
   double mean = (v8_total(acc) + tail) / (double)k;
-  acc = (v8d){0};
+  acc = V8D_ZERO;
   tail = 0;
   for (j = 0; j + LANES <= k; j += LANES) {
-    v8d d = ld8_f64(x + j) - mean;
-    acc += d * d;
+    v8d d = v8_subs(ld8_f64(x + j), mean);
+    acc = v8_add(acc, v8_mul(d, d));
   }
   for (; j < k; ++j) tail += (x[j] - mean) * (x[j] - mean);
   double var = (v8_total(acc) + tail) / (double)k;
@@ -163,13 +163,7 @@ TPU_ISA_CLONES static void ln_row_f64(const ln_t* L, const double* x, double* y,
  * row's sum keeps the accuracy of a 128-element float sum), the row normalized in float.
  * The order of every operation is fixed by the code, so the result does not depend on
  * the instruction set; the fused-group path (ln_row_end) uses this same function. */
-typedef float v16f __attribute__((vector_size(64)));
-static inline v16f ld16_f32(const float* p) { v16f v; memcpy(&v, p, sizeof v); return v; }
-static inline double total16(v16f a) {
-  v8d lo = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]};
-  v8d hi = {a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]};
-  return v8_total(lo + hi);
-}
+static inline double total16(v16f a) { return v8_total(v16_widen_sum(a)); }
 #define LN_BLOCK 128
 
 /* The sum of x[j], or with square of (x[j] - shift)^2, over [0, k). */
@@ -177,11 +171,11 @@ static inline double ln_sum_f32(const float* x, int64_t k, float shift, bool squ
   double s = 0;
   for (int64_t b = 0; b < k; b += LN_BLOCK) {
     int64_t e = b + LN_BLOCK < k ? b + LN_BLOCK : k, j = b;
-    v16f acc = {0};
+    v16f acc = V16F_ZERO;
     if (square)
-      for (; j + 16 <= e; j += 16) { v16f d = ld16_f32(x + j) - shift; acc += d * d; }
+      for (; j + 16 <= e; j += 16) { v16f d = v16_subs(ld16_f32(x + j), shift); acc = v16_add(acc, v16_mul(d, d)); }
     else
-      for (; j + 16 <= e; j += 16) acc += ld16_f32(x + j);
+      for (; j + 16 <= e; j += 16) acc = v16_add(acc, ld16_f32(x + j));
     double t = total16(acc);
     for (; j < e; ++j) { float d = x[j] - shift; t += square ? d * d : x[j]; }
     s += t;
@@ -319,14 +313,14 @@ TPU_ISA_CLONES static void ln_bwd_row_f64(const ln_t* L, const double* dy, const
     db[j] += dy[j];
   }
   if (!dx) return;
-  v8d acc_g = {0}, acc_gx = {0};
+  v8d acc_g = V8D_ZERO, acc_gx = V8D_ZERO;
   double tg = 0, tgx = 0;
   int64_t j = 0;
   /* g = dy * w (dy without a weight) */
   for (; j + LANES <= k; j += LANES) {
-    v8d g = w ? ld8_f64(dy + j) * ld8_f64(w + j) : ld8_f64(dy + j);
-    acc_g += g;
-    acc_gx += g * ((ld8_f64(x + j) - mean) * rstd);
+    v8d g = w ? v8_mul(ld8_f64(dy + j), ld8_f64(w + j)) : ld8_f64(dy + j);
+    acc_g = v8_add(acc_g, g);
+    acc_gx = v8_add(acc_gx, v8_mul(g, v8_muls(v8_subs(ld8_f64(x + j), mean), rstd)));
   }
   for (; j < k; ++j) {
     double g = w ? dy[j] * w[j] : dy[j];
@@ -357,11 +351,11 @@ TPU_ISA_CLONES static void ln_bwd_row_f32(const ln_t* L, const float* dy, const 
   double sg = 0, sgx = 0;
   for (int64_t b = 0; b < k; b += LN_BLOCK) {
     int64_t e = b + LN_BLOCK < k ? b + LN_BLOCK : k, j = b;
-    v16f ag = {0}, agx = {0};
+    v16f ag = V16F_ZERO, agx = V16F_ZERO;
     for (; j + 16 <= e; j += 16) {
-      v16f g = w ? ld16_f32(dy + j) * ld16_f32(w + j) : ld16_f32(dy + j);
-      ag += g;
-      agx += g * ((ld16_f32(x + j) - mean) * rstd);
+      v16f g = w ? v16_mul(ld16_f32(dy + j), ld16_f32(w + j)) : ld16_f32(dy + j);
+      ag = v16_add(ag, g);
+      agx = v16_add(agx, v16_mul(g, v16_muls(v16_subs(ld16_f32(x + j), mean), rstd)));
     }
     double tg = total16(ag), tgx = total16(agx);
     for (; j < e; ++j) {

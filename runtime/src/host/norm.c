@@ -67,21 +67,26 @@ static void bn_out_done(tpu_operand_t* op, bn_data_t* d) {
 #define BN_RUNS(T, SFX)                                                                        \
   TPU_ISA_CLONES static double bn_sum_##SFX(const T* x, int64_t n, bool dev, double m) {      \
     if (!dev) return tpu__v8_sum_##SFX(x, n);                                                  \
-    v8d a0 = {0}, a1 = {0};                                                                    \
+    v8d a0 = V8D_ZERO, a1 = V8D_ZERO;                                                          \
     int64_t i = 0;                                                                             \
     for (; i + 16 <= n; i += 16) {                                                             \
-      v8d u = ld8_##SFX(x + i) - m, v = ld8_##SFX(x + i + 8) - m;                               \
-      a0 += u * u; a1 += v * v;                                                                \
+      v8d u = v8_subs(ld8_##SFX(x + i), m), v = v8_subs(ld8_##SFX(x + i + 8), m);               \
+      a0 = v8_add(a0, v8_mul(u, u));                                                           \
+      a1 = v8_add(a1, v8_mul(v, v));                                                           \
     }                                                                                          \
-    double s = v8_total(a0 + a1);                                                              \
+    double s = v8_total(v8_add(a0, a1));                                                       \
     for (; i < n; ++i) s += ((double)x[i] - m) * ((double)x[i] - m);                           \
     return s;                                                                                  \
   }                                                                                            \
   TPU_ISA_CLONES static void bn_gsums_##SFX(const T* g, const T* x, int64_t n, double m, double* sg, \
                                             double* sgx) {                                    \
-    v8d a = {0}, b = {0};                                                                      \
+    v8d a = V8D_ZERO, b = V8D_ZERO;                                                            \
     int64_t i = 0;                                                                             \
-    for (; i + 8 <= n; i += 8) { v8d gv = ld8_##SFX(g + i); a += gv; b += gv * (ld8_##SFX(x + i) - m); } \
+    for (; i + 8 <= n; i += 8) {                                                               \
+      v8d gv = ld8_##SFX(g + i);                                                               \
+      a = v8_add(a, gv);                                                                       \
+      b = v8_add(b, v8_mul(gv, v8_subs(ld8_##SFX(x + i), m)));                                 \
+    }                                                                                          \
     double s1 = v8_total(a), s2 = v8_total(b);                                                 \
     for (; i < n; ++i) { s1 += g[i]; s2 += (double)g[i] * ((double)x[i] - m); }                \
     *sg += s1; *sgx += s2;                                                                     \
@@ -90,10 +95,11 @@ static void bn_out_done(tpu_operand_t* op, bn_data_t* d) {
                                           double m, double c) {                               \
     int64_t i = 0;                                                                             \
     if (x) {                                                                                   \
-      for (; i + 8 <= n; i += 8) st8_##SFX(y + i, ld8_##SFX(g + i) * a + (ld8_##SFX(x + i) - m) * b + c); \
+      for (; i + 8 <= n; i += 8)                                                               \
+        st8_##SFX(y + i, v8_adds(v8_add(v8_muls(ld8_##SFX(g + i), a), v8_muls(v8_subs(ld8_##SFX(x + i), m), b)), c)); \
       for (; i < n; ++i) y[i] = (T)((double)g[i] * a + ((double)x[i] - m) * b + c);            \
     } else {                                                                                   \
-      for (; i + 8 <= n; i += 8) st8_##SFX(y + i, ld8_##SFX(g + i) * a + c);                  \
+      for (; i + 8 <= n; i += 8) st8_##SFX(y + i, v8_adds(v8_muls(ld8_##SFX(g + i), a), c));   \
       for (; i < n; ++i) y[i] = (T)((double)g[i] * a + c);                                     \
     }                                                                                          \
   }

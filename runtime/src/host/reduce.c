@@ -115,15 +115,16 @@ static inline double term(double v, int mode, double a) {
 static inline bool lane_mode(int mode) {
   return mode == S_PLAIN || mode == S_SQ || mode == S_SQDEV || mode == S_ABS || mode == S_NONAN;
 }
-static inline v8d term8(v8d v, int mode, double a) {
+static inline v4d term4(v4d v, int mode, double a) {
   switch (mode) {
     case S_SQDEV: return (v - a) * (v - a);
-    case S_ABS: return (v8d)((v8l)v & ((v8l){0} + INT64_MAX));
+    case S_ABS: return (v4d)((v4l)v & ((v4l){0} + INT64_MAX));
     case S_SQ: return v * v;
-    case S_NONAN: return (v8d)((v8l)v & (v == v));
+    case S_NONAN: return (v4d)((v4l)v & (v == v));
     default: return v;
   }
 }
+static inline v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode, a), term4(v.hi, mode, a)}; }
 
 /* f32 rows take exponentials in float (expf is several times faster than exp and as
  * accurate as the f32 result needs); the sums stay double. */
@@ -135,11 +136,11 @@ static inline v8d term8(v8d v, int mode, double a) {
       double s0 = 0, s1 = 0;                                                               \
       int64_t i = b0;                                                                      \
       if (lane_mode(mode)) {                                                               \
-        v8d acc = {0};                                                                     \
+        v8d acc = V8D_ZERO;                                                                \
         if (mode == S_PLAIN)                                                               \
-          for (; i + 8 <= e; i += 8) acc += ld8_##SFX(x + i);                              \
+          for (; i + 8 <= e; i += 8) acc = v8_add(acc, ld8_##SFX(x + i));                  \
         else                                                                               \
-          for (; i + 8 <= e; i += 8) acc += term8(ld8_##SFX(x + i), mode, a);              \
+          for (; i + 8 <= e; i += 8) acc = v8_add(acc, term8(ld8_##SFX(x + i), mode, a));  \
         s0 = v8_total(acc);                                                                \
       } else if (mode == S_EXPDEV) {                                                       \
         for (; i + 1 < e; i += 2) { s0 += EXPT(x[i] - (T)a); s1 += EXPT(x[i + 1] - (T)a); } \
@@ -480,29 +481,34 @@ static inline double log_add_exp(double a, double b) {
 /* The largest element of a row, NaN if any: one vector of running maxima (GCC vectors,
  * with NaN lanes tracked in a mask: the element-wise ternary form stayed scalar), then
  * their maximum; max is exact, so the order does not matter. */
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
+/* (Two 32-byte vectors, L lanes each: see the lane vectors in host/vmath.h.) */
 #define ROW_MAX(T, SFX, VT, IT, L)                                                          \
   TPU_ISA_CLONES static double row_max_##SFX(const T* x, int64_t n) {                      \
-    VT acc;                                                                                 \
+    VT acc0, acc1;                                                                          \
     IT nan = {0};                                                                           \
-    for (int l = 0; l < L; ++l) acc[l] = -(T)INFINITY;                                      \
+    for (int l = 0; l < L; ++l) acc0[l] = acc1[l] = -(T)INFINITY;                           \
     int64_t i = 0;                                                                          \
-    for (; i + L <= n; i += L) {                                                            \
-      VT v;                                                                                 \
+    for (; i + 2 * L <= n; i += 2 * L) {                                                    \
+      VT v, u;                                                                              \
       memcpy(&v, x + i, sizeof v);                                                          \
-      IT gt = v > acc;                                                                      \
-      acc = (VT)(((IT)v & gt) | ((IT)acc & ~gt));                                           \
-      nan |= v != v;                                                                        \
+      memcpy(&u, x + i + L, sizeof u);                                                      \
+      IT gt = v > acc0, gu = u > acc1;                                                      \
+      acc0 = (VT)(((IT)v & gt) | ((IT)acc0 & ~gt));                                         \
+      acc1 = (VT)(((IT)u & gu) | ((IT)acc1 & ~gu));                                         \
+      nan |= (v != v) | (u != u);                                                           \
     }                                                                                       \
     T m = -(T)INFINITY;                                                                     \
     bool any_nan = false;                                                                   \
-    for (int l = 0; l < L; ++l) { m = acc[l] > m ? acc[l] : m; any_nan |= nan[l] != 0; }    \
+    for (int l = 0; l < L; ++l) {                                                           \
+      m = acc0[l] > m ? acc0[l] : m;                                                        \
+      m = acc1[l] > m ? acc1[l] : m;                                                        \
+      any_nan |= nan[l] != 0;                                                               \
+    }                                                                                       \
     for (; i < n; ++i) { any_nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }                \
     return any_nan ? (double)NAN : (double)m;                                               \
   }
-ROW_MAX(float, f32, v16f, v16i, 16)
-ROW_MAX(double, f64, v8d, v8l, 8)
+ROW_MAX(float, f32, v8f, v8i, 8)
+ROW_MAX(double, f64, v4d, v4l, 4)
 
 /* Softmax and log_softmax of one row: the max (exact, any order), then e^(x - max) summed
  * in double, then one scaling pass. Float rows, which are what the bandwidth benchmark
@@ -536,30 +542,22 @@ TPU_VINLINE v16f exp16_f32(const float* x, float m, float* y, bool finite) {
   float e[16];
   for (int l = 0; l < 16; ++l) e[l] = EXP_DEV(x[l] - m, finite);
   if (y) memcpy(y, e, sizeof e);
-  v16f v;
-  memcpy(&v, e, sizeof v);
-  return v;
-}
-TPU_VINLINE v8d widen_sum16(v16f v) {
-  v8f lo, hi;
-  memcpy(&lo, &v, sizeof lo);
-  memcpy(&hi, (char*)&v + sizeof lo, sizeof hi);
-  return __builtin_convertvector(lo, v8d) + __builtin_convertvector(hi, v8d);
+  return ld16_f32(e);
 }
 
 TPU_VINLINE double exp_sum_f32(const float* x, float m, float* y, int64_t n, const float* next, bool finite) {
-  v8d a = {0};
+  v8d a = V8D_ZERO;
   int64_t i = 0;
   for (; i + 128 <= n; i += 128) {
-    v16f acc = {0}; /* each lane adds 8 terms in float, then the block goes to double */
+    v16f acc = V16F_ZERO; /* each lane adds 8 terms in float, then the block goes to double */
     for (int c = 0; c < 128; c += 16) {
-      acc += exp16_f32(x + i + c, m, y ? y + i + c : NULL, finite);
+      acc = v16_add(acc, exp16_f32(x + i + c, m, y ? y + i + c : NULL, finite));
       if (next) __builtin_prefetch(next + i + c);
     }
-    a += widen_sum16(acc);
+    a = v8_add(a, v16_widen_sum(acc));
   }
   for (; i + 16 <= n; i += 16) {
-    a += widen_sum16(exp16_f32(x + i, m, y ? y + i : NULL, finite));
+    a = v8_add(a, v16_widen_sum(exp16_f32(x + i, m, y ? y + i : NULL, finite)));
     if (next) __builtin_prefetch(next + i);
   }
   double s = v8_total(a);
@@ -753,13 +751,13 @@ static tpu_status_t scan_kernel(tpu_node_t* node) {
     } else {                                                                                \
       /* sum(g * y) in double lanes (the products of floats are exact); it was one chain \
        * of dependent adds, ~4 cycles an element */                                        \
-      v8d a0 = {0}, a1 = {0};                                                               \
+      v8d a0 = V8D_ZERO, a1 = V8D_ZERO;                                                     \
       int64_t i = 0;                                                                        \
       for (; i + 16 <= n; i += 16) {                                                        \
-        a0 += ld8_##SFX(g + i) * ld8_##SFX(y + i);                                          \
-        a1 += ld8_##SFX(g + i + 8) * ld8_##SFX(y + i + 8);                                  \
+        a0 = v8_add(a0, v8_mul(ld8_##SFX(g + i), ld8_##SFX(y + i)));                        \
+        a1 = v8_add(a1, v8_mul(ld8_##SFX(g + i + 8), ld8_##SFX(y + i + 8)));                \
       }                                                                                     \
-      s = v8_total(a0 + a1);                                                                \
+      s = v8_total(v8_add(a0, a1));                                                         \
       for (; i < n; ++i) s += (double)g[i] * y[i];                                          \
       for (int64_t i = 0; i < n; ++i) o[i] = (T)(y[i] * (g[i] - s));                        \
     }                                                                                       \
