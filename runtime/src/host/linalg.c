@@ -58,8 +58,12 @@ static void blas_gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, in
 }
 
 /* Blocks of C's rows (split_m) or columns, one BLAS call each. Every element of C is
- * still one call's sum over the whole K in the same order, so the result does not
- * depend on how many threads share the product. */
+ * still one call's sum over the whole K in the same order, and the blocks do not depend
+ * on how many threads run them (a serial run, with one thread or inside a region, makes
+ * the same calls one after another): an OpenBLAS kernel may sum an edge block's rows in
+ * another order than a whole product's (measured on an AVX2 EPYC, whose kernel differs
+ * from the AVX-512 one: 500x700x900 gave other bits with 1 thread than with 2), so the
+ * result does not depend on the thread count. */
 typedef struct pgemm_s {
   tpu_dtype_t cd;
   bool ta, tb, split_m;
@@ -76,25 +80,27 @@ static tpu_status_t pgemm_blocks(void* arg, int64_t b, int64_t e, int tid) {
   pgemm_t* g = arg;
   size_t es = tpu_dtype_size(g->cd);
   int64_t dim = g->split_m ? g->M : g->N;
-  int64_t lo = b * g->block, hi = e * g->block < dim ? e * g->block : dim;
-  if (g->split_m)
-    blas_gemm(g->cd, g->ta, g->tb, hi - lo, g->N, g->K, g->alpha, g->A + (size_t)(g->ta ? lo : lo * g->lda) * es,
-              g->lda, g->B, g->ldb, g->beta, g->C + (size_t)(lo * g->ldc) * es, g->ldc);
-  else
-    blas_gemm(g->cd, g->ta, g->tb, g->M, hi - lo, g->K, g->alpha, g->A, g->lda,
-              g->B + (size_t)(g->tb ? lo * g->ldb : lo) * es, g->ldb, g->beta, g->C + (size_t)lo * es, g->ldc);
+  for (int64_t blk = b; blk < e; ++blk) {
+    int64_t lo = blk * g->block, hi = lo + g->block < dim ? lo + g->block : dim;
+    if (g->split_m)
+      blas_gemm(g->cd, g->ta, g->tb, hi - lo, g->N, g->K, g->alpha, g->A + (size_t)(g->ta ? lo : lo * g->lda) * es,
+                g->lda, g->B, g->ldb, g->beta, g->C + (size_t)(lo * g->ldc) * es, g->ldc);
+    else
+      blas_gemm(g->cd, g->ta, g->tb, g->M, hi - lo, g->K, g->alpha, g->A, g->lda,
+                g->B + (size_t)(g->tb ? lo * g->ldb : lo) * es, g->ldb, g->beta, g->C + (size_t)lo * es, g->ldc);
+  }
   return NULL;
 }
 
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
-  int nt = tpu__num_threads();
-  if (nt < 2 || tpu__in_parallel_region() || 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS) {
+  if (2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS) {
     blas_gemm(cd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  /* Rows when every thread gets a few row blocks, else columns. */
-  bool split_m = M >= (int64_t)nt * 2 * GEMM_ROW_BLOCK || M >= N;
+  /* Rows when there are a few row blocks per thread of a 2-core machine, else columns
+   * (fixed, not from the thread count: see above). */
+  bool split_m = M >= 4 * GEMM_ROW_BLOCK || M >= N;
   int64_t block = split_m ? GEMM_ROW_BLOCK : GEMM_COL_BLOCK;
   int64_t dim = split_m ? M : N;
   pgemm_t g = {cd, ta, tb, split_m, M, N, K, lda, ldb, ldc, block, alpha, beta, A, B, C};
