@@ -494,12 +494,14 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
                               "the exception): " + short_exc(cpu_exc))
             return _fin(rec, t0)
     torchtpu.reset_fallback_report()
+    cpu_gouts = None
     try:
         with time_budget(budget):
             if variant == "grad":
                 res = op(ds.input, *ds.args, **ds.kwargs)
                 outs, ins = _grad_pieces(op, ds, res)
-                gouts = to_dev(expected[1] if expected is not None else _grad_outputs(outs))
+                cpu_gouts = expected[1] if expected is not None else _grad_outputs(outs)
+                gouts = to_dev(cpu_gouts)
                 grads = torch.autograd.grad(outs, ins, gouts, allow_unused=True)
                 actual = list(grads)
                 expected = expected[0]
@@ -544,10 +546,70 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
                 device=DEV if _expects_device_result(s) else None)
         rec.update(status=ok_status)
     except Mismatch as m:
-        rec.update(status="fail", kind=m.kind, reason=str(m))
+        if m.kind == "value" and _matches_wider_reference(op, s, variant, actual, cpu_gouts, op_key, dtype):
+            rec.update(status=ok_status, kind="wider_reference",
+                       reason=f"CPU's own {dtype} kernel differs; matches CPU's result one precision "
+                              f"up, rounded to {dtype} ({m})")
+        else:
+            rec.update(status="fail", kind=m.kind, reason=str(m))
     except Exception as e:  # noqa: BLE001  reading the result back failed
         rec.update(status="fail", kind="exception", reason="reading result: " + short_exc(e))
     return _fin(rec, t0)
+
+
+_WIDER = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.float32: torch.float64}
+
+
+def _upcast(x, dtype):
+    """Recursively: CPU tensors of `dtype` -> copies in the next wider dtype (requires_grad
+    kept)."""
+    if isinstance(x, torch.Tensor):
+        if x.dtype != dtype:
+            return x
+        return x.detach().to(_WIDER[dtype]).requires_grad_(x.requires_grad)
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_upcast(v, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _upcast(v, dtype) for k, v in x.items()}
+    return x
+
+
+def _round_to(x, dtype):
+    """Recursively: float tensors of the wider dtype -> dtype."""
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype) if x.dtype == _WIDER[dtype] else x
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_round_to(v, dtype) for v in x)
+    return x
+
+
+def _matches_wider_reference(op, s, variant, actual, cpu_gouts, op_key, dtype):
+    """For a float sample whose result differs from CPU's: whether it is within the dtype's
+    tolerance of the same op (or its gradients) computed on CPU one precision up (bf16 and
+    f16 in float32, float32 in float64) and rounded to the dtype. CPU's kernels for a dtype
+    differ between machines: without AVX512-BF16, CPU's bf16 conv_transpose3d accumulates
+    in bf16 (on an AVX2 EPYC it differed from the float32 result by one bf16 step at 323,
+    the tpu result, which accumulates in float32, by under half a step), and its float32
+    GEMM sums in another order. Used only after the direct comparison failed, so every
+    other sample is still compared with CPU's own result in the dtype."""
+    if dtype not in _WIDER or variant not in ("op", "grad"):
+        return False
+    try:
+        w = _sample_on(s, lambda x: _upcast(x, dtype))
+        res = op(w.input, *w.args, **w.kwargs)
+        if variant == "op":
+            if not any(t.dtype == _WIDER[dtype] for t in tensors_in(res)):
+                return False
+            ref = _round_to(res, dtype)
+        else:
+            outs, ins = _grad_pieces(op, w, res)
+            gouts = [g.to(o.dtype) for g, o in zip(cpu_gouts, outs)]
+            ref = [None if g is None else g.to(dtype)
+                   for g in torch.autograd.grad(outs, ins, gouts, allow_unused=True)]
+        compare(actual, ref, op_key, dtype, device=None)
+        return True
+    except Exception:  # noqa: BLE001  (no wider form of the call, or still a mismatch)
+        return False
 
 
 def _run_error(op, ei, rec, t0):
