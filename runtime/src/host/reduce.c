@@ -478,10 +478,10 @@ static inline double log_add_exp(double a, double b) {
 
 /* Float rows are read and written in the row dtype (T = float or double); the running
  * values are double. */
-/* The largest element of a row, NaN if any: one vector of running maxima (GCC vectors,
- * with NaN lanes tracked in a mask: the element-wise ternary form stayed scalar), then
- * their maximum; max is exact, so the order does not matter. */
-/* (Two 32-byte vectors, L lanes each: see the lane vectors in host/vmath.h.) */
+/* The largest element of a row, NaN if any: two 32-byte vectors of L running maxima
+ * (GCC vectors of a size every x86-64 clone keeps in registers, host/vmath.h, with NaN
+ * lanes tracked in a mask: the element-wise ternary form stayed scalar), then their
+ * maximum; max is exact, so the order does not matter. */
 #define ROW_MAX(T, SFX, VT, IT, L)                                                          \
   TPU_ISA_CLONES static double row_max_##SFX(const T* x, int64_t n) {                      \
     VT acc0, acc1;                                                                          \
