@@ -73,8 +73,11 @@ typedef struct pgemm_s {
   char* C;
 } pgemm_t;
 
-#define GEMM_ROW_BLOCK 32
-#define GEMM_COL_BLOCK 64
+/* Each call packs the other operand whole (B for a row block, A for a column block), so
+ * blocks are long enough to amortize that: measured on 2 cores (AVX2 EPYC), 512x1024x4096
+ * at 1 thread 49-52 GFLOP/s with 32-row blocks, 71 with 64, 75 with 128. */
+#define GEMM_ROW_BLOCK 128
+#define GEMM_COL_BLOCK 256
 
 static tpu_status_t pgemm_blocks(void* arg, int64_t b, int64_t e, int tid) {
   pgemm_t* g = arg;
@@ -98,9 +101,9 @@ void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K
     blas_gemm(cd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
-  /* Rows when there are a few row blocks per thread of a 2-core machine, else columns
-   * (fixed, not from the thread count: see above). */
-  bool split_m = M >= 4 * GEMM_ROW_BLOCK || M >= N;
+  /* Rows when there are at least two row blocks or the product is tall, else columns
+   * (from the shape alone, not the thread count: see above). */
+  bool split_m = M >= 2 * GEMM_ROW_BLOCK || M >= N;
   int64_t block = split_m ? GEMM_ROW_BLOCK : GEMM_COL_BLOCK;
   int64_t dim = split_m ? M : N;
   pgemm_t g = {cd, ta, tb, split_m, M, N, K, lda, ldb, ldc, block, alpha, beta, A, B, C};
