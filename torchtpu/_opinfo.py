@@ -29,6 +29,7 @@ import unittest
 from pathlib import Path
 
 import torch
+from torch.utils._pytree import tree_map
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = "tpu"
@@ -561,26 +562,10 @@ _WIDER = {torch.bfloat16: torch.float32, torch.float16: torch.float32, torch.flo
 
 
 def _upcast(x, dtype):
-    """Recursively: CPU tensors of `dtype` -> copies in the next wider dtype (requires_grad
-    kept)."""
-    if isinstance(x, torch.Tensor):
-        if x.dtype != dtype:
-            return x
-        return x.detach().to(_WIDER[dtype]).requires_grad_(x.requires_grad)
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(_upcast(v, dtype) for v in x)
-    if isinstance(x, dict):
-        return {k: _upcast(v, dtype) for k, v in x.items()}
-    return x
-
-
-def _round_to(x, dtype):
-    """Recursively: float tensors of the wider dtype -> dtype."""
-    if isinstance(x, torch.Tensor):
-        return x.to(dtype) if x.dtype == _WIDER[dtype] else x
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(_round_to(v, dtype) for v in x)
-    return x
+    """CPU tensors of `dtype` in x (any nesting) -> copies in the next wider dtype
+    (requires_grad kept)."""
+    return tree_map(lambda t: t.detach().to(_WIDER[dtype]).requires_grad_(t.requires_grad)
+                    if isinstance(t, torch.Tensor) and t.dtype == dtype else t, x)
 
 
 def _matches_wider_reference(op, s, variant, actual, cpu_gouts, op_key, dtype):
@@ -600,7 +585,8 @@ def _matches_wider_reference(op, s, variant, actual, cpu_gouts, op_key, dtype):
         if variant == "op":
             if not any(t.dtype == _WIDER[dtype] for t in tensors_in(res)):
                 return False
-            ref = _round_to(res, dtype)
+            ref = tree_map(lambda t: t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == _WIDER[dtype]
+                           else t, res)
         else:
             outs, ins = _grad_pieces(op, w, res)
             gouts = [g.to(o.dtype) for g, o in zip(cpu_gouts, outs)]
