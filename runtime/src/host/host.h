@@ -71,6 +71,19 @@ void tpu__convert_run(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
 void tpu__strided_copy(int nd, const int64_t* sizes, void* dst, const int64_t* dst_strides,
                        const void* src, const int64_t* src_strides, size_t esz);
 
+/* Streaming stores for outputs too big to stay in the cache. Below this many bytes (the
+ * last-level cache from sysfs, else 32 MiB; TORCHTPU_STREAM_MIN_BYTES sets it, 0 turns
+ * streaming off) an output is written with ordinary stores, since the next op may still
+ * find it cached; from it on, stores bypass the cache (non-temporal), which saves the
+ * read of every output line that an ordinary store makes first. Used by the elementwise
+ * tiles, same-dtype copies and float layer-norm rows, for new outputs only (an in-place
+ * output's lines were just read). Softmax rows gained nothing from it (the exponentials,
+ * not memory, bound them on 2 AVX2 cores), so they do not use it. tpu__stream_copy(dst, src, n) copies n bytes
+ * so; a thread that used it calls tpu__stream_fence() before another thread reads them. */
+int64_t tpu__stream_min_bytes(void);
+void tpu__stream_copy(void* dst, const void* src, size_t n);
+void tpu__stream_fence(void);
+
 /* Pack: copies operand op (strided, any dtype) into dense row-major `dst` of dtype,
  * with dimensions permuted by perm (perm may be NULL = identity). A scalar operand fills
  * numel(shape) copies — pass its broadcast shape via op->sizes. */

@@ -115,6 +115,7 @@ typedef struct ln_s {
   int64_t m, k, group;
   double eps;
   bool want_dx;
+  bool stream; /* float rows: normalized in a cached row, stored with tpu__stream_copy */
 } ln_t;
 
 /* Row sums with LANES independent partial sums, combined in a fixed order: the loop
@@ -210,13 +211,15 @@ static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   bool f32 = rows_f32(&L->rx) && rows_f32(&L->ry);
   for (int64_t r = rb; r < re; ++r) {
     if (f32) {
-      ln_row_f32(L, (const float*)tpu__operand_ptr(L->rx.op) + r * k, (float*)tpu__operand_ptr(L->ry.op) + r * k,
-                 &L->mu[r], &L->rs[r]);
+      float* y = (float*)tpu__operand_ptr(L->ry.op) + r * k;
+      ln_row_f32(L, (const float*)tpu__operand_ptr(L->rx.op) + r * k, L->stream ? (float*)yrow : y, &L->mu[r], &L->rs[r]);
+      if (L->stream) tpu__stream_copy(y, yrow, (size_t)k * sizeof(float));
       continue;
     }
     ln_row_f64(L, rows_get(&L->rx, r, xrow), yrow, &L->mu[r], &L->rs[r]);
     rows_put(&L->ry, r, yrow);
   }
+  if (L->stream) tpu__stream_fence();
   tpu__free(xrow);
   tpu__free(yrow);
   return NULL;
@@ -285,6 +288,8 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
     free_all(buf, 6);
     return TPU_HOST_NOMEM();
   }
+  L.stream = rows_f32(&L.rx) && rows_f32(&L.ry) && n->out[0].value != x->value && k * (int64_t)sizeof(float) <= (256 << 10) &&
+             m * k * (int64_t)sizeof(float) >= tpu__stream_min_bytes();
   tpu_status_t st = m > 1 && m * k >= TPU_PARALLEL_MIN_WORK
                         ? tpu__parallel_for(m, TPU_PARALLEL_MIN_WORK / cnt1(k) + 1, ln_fwd_rows, &L)
                         : ln_fwd_rows(&L, 0, m, 0);

@@ -8,6 +8,13 @@
 #include "host/host.h"
 #include "host/vmath.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define TILE 2048
 
 /* ---- conversions ---------------------------------------------------------------- */
@@ -218,6 +225,7 @@ typedef struct tile_run_s {
   int64_t rows, inner;
   int64_t per_unit; /* batched: rows per tile; else tiles per row */
   bool batched;
+  bool stream; /* the output bypasses the cache (tpu__stream_min_bytes) */
   atomic_bool fault;
 } tile_run_t;
 
@@ -288,7 +296,10 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
       char* op_ = obase + (off[0] + t0 * ost) * (int64_t)osz;
       /* The output tile may be an input tile (in-place ops, donated buffers): tile
        * functions compute element i from elements i in one pass (host.h). */
-      if (out->dtype == c && ost == 1) {
+      if (out->dtype == c && ost == 1 && R->stream) {
+        R->fn(len, scratch, inp, R->node);
+        tpu__stream_copy(op_, scratch, (size_t)len * osz);
+      } else if (out->dtype == c && ost == 1) {
         R->fn(len, op_, inp, R->node);
       } else {
         R->fn(len, scratch, inp, R->node);
@@ -327,6 +338,7 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
       }
     }
   }
+  if (R->stream) tpu__stream_fence();
   if (tile_faulted) atomic_store(&R->fault, true);
   tile_faulted = faulted;
   tpu__free(scratch);
@@ -342,6 +354,9 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
   tile_run_t R = {node, out, ins, n_in, c, fn};
   atomic_init(&R.fault, false);
   iter_build(&R.it, out, ins, n_in);
+  /* a new output (not written in place over an input) too big for the cache */
+  R.stream = numel * (int64_t)tpu_dtype_size(out->dtype) >= tpu__stream_min_bytes();
+  for (int j = 0; j < n_in && R.stream; ++j) R.stream = ins[j]->value != out->value;
   int nd = R.it.ndim;
   R.inner = R.it.sizes[nd - 1];
   R.rows = 1;
@@ -370,6 +385,78 @@ tpu_status_t tpu__tile_run(tpu_node_t* node, tpu_dtype_t c, tpu_tile_fn fn) {
   return tpu__tile_run_ops(node, &node->out[0], ins, node->n_in, c, fn);
 }
 
+/* ---- streaming stores ---------------------------------------------------------------- */
+
+static int64_t stream_min;
+static pthread_once_t stream_once = PTHREAD_ONCE_INIT;
+
+/* The last-level cache of cpu0 as sysfs lists it (sysconf's figure can be the whole
+ * package's: 256 MiB on a 2-core VM whose L3 slice is 32 MiB). */
+static void read_llc(void) {
+  const char* e = getenv("TORCHTPU_STREAM_MIN_BYTES"); /* tests: force the streaming path */
+  if (e && *e) {
+    long long v = atoll(e);
+    stream_min = v > 0 ? v : INT64_MAX;
+    return;
+  }
+  int64_t best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 8; ++i) {
+    char path[96], buf[32];
+    int level = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE* f = fopen(path, "r");
+    if (!f) break;
+    if (fscanf(f, "%d", &level) != 1) level = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!(f = fopen(path, "r"))) continue;
+    long long v = 0;
+    char unit = 0;
+    if (fgets(buf, sizeof buf, f) && sscanf(buf, "%lld%c", &v, &unit) >= 1 && level >= best_level) {
+      best = v * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
+      best_level = level;
+    }
+    fclose(f);
+  }
+  if (best <= 0) best = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  stream_min = best > 0 ? best : 32 << 20;
+}
+
+int64_t tpu__stream_min_bytes(void) {
+  pthread_once(&stream_once, read_llc);
+  return stream_min;
+}
+
+void tpu__stream_copy(void* dst, const void* src, size_t n) {
+#if defined(__SSE2__)
+  char* d = dst;
+  const char* s = src;
+  size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    __m128i a = _mm_loadu_si128((const __m128i*)s), b = _mm_loadu_si128((const __m128i*)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i*)(s + 32)), e = _mm_loadu_si128((const __m128i*)(s + 48));
+    _mm_stream_si128((__m128i*)d, a);
+    _mm_stream_si128((__m128i*)(d + 16), b);
+    _mm_stream_si128((__m128i*)(d + 32), c);
+    _mm_stream_si128((__m128i*)(d + 48), e);
+  }
+  for (; n >= 16; n -= 16, d += 16, s += 16) _mm_stream_si128((__m128i*)d, _mm_loadu_si128((const __m128i*)s));
+  memcpy(d, s, n);
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+void tpu__stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
 /* ---- pack / unpack ------------------------------------------------------------------ */
 
 /* Same-dtype strided copies: bytes move as they are (no conversion, no tile buffers), so
@@ -384,10 +471,15 @@ typedef struct scopy_s {
   const char* src;
   size_t esz;
   int64_t inner; /* elements of the last dim */
+  bool stream;   /* dense rows bypass the cache (tpu__stream_min_bytes) */
 } scopy_t;
 
-static inline void scopy_row(char* d, int64_t dsb, const char* s, int64_t ssb, int64_t n, size_t esz) {
-  if (dsb == (int64_t)esz && ssb == (int64_t)esz) { memcpy(d, s, (size_t)n * esz); return; }
+static inline void scopy_row(char* d, int64_t dsb, const char* s, int64_t ssb, int64_t n, size_t esz, bool stream) {
+  if (dsb == (int64_t)esz && ssb == (int64_t)esz) {
+    if (stream) tpu__stream_copy(d, s, (size_t)n * esz);
+    else memcpy(d, s, (size_t)n * esz);
+    return;
+  }
   switch (esz) {
     case 4: for (int64_t i = 0; i < n; ++i) memcpy(d + i * dsb, s + i * ssb, 4); break;
     case 8: for (int64_t i = 0; i < n; ++i) memcpy(d + i * dsb, s + i * ssb, 8); break;
@@ -409,7 +501,7 @@ static tpu_status_t scopy_rows(void* arg, int64_t rb, int64_t re, int tid) {
   }
   int64_t dl = C->ds[nd - 1], sl = C->ss[nd - 1];
   for (r = rb; r < re; ++r) {
-    scopy_row(C->dst + doff, dl, C->src + soff, sl, C->inner, C->esz);
+    scopy_row(C->dst + doff, dl, C->src + soff, sl, C->inner, C->esz, C->stream);
     for (int d = nd - 2; d >= 0; --d) {
       doff += C->ds[d];
       soff += C->ss[d];
@@ -419,6 +511,7 @@ static tpu_status_t scopy_rows(void* arg, int64_t rb, int64_t re, int tid) {
       idx[d] = 0;
     }
   }
+  if (C->stream) tpu__stream_fence();
   return NULL;
 }
 
@@ -449,6 +542,7 @@ void tpu__strided_copy(int nd, const int64_t* sizes, void* dst, const int64_t* d
   }
   if (numel == 0) return;
   if (C.nd == 0) { memcpy(dst, src, esz); return; }
+  C.stream = numel * (int64_t)esz >= tpu__stream_min_bytes();
   C.inner = C.sizes[C.nd - 1];
   int64_t rows = numel / C.inner;
   /* one long row: split it into pieces, each its own "row" */
@@ -461,7 +555,8 @@ void tpu__strided_copy(int nd, const int64_t* sizes, void* dst, const int64_t* d
     if (numel % piece) { /* the tail first, then whole pieces */
       int64_t whole = numel / piece * piece;
       scopy_row((char*)dst + whole * C.ds[0], C.ds[0], (const char*)src + whole * C.ss[0], C.ss[0],
-                numel - whole, esz);
+                numel - whole, esz, C.stream);
+      if (C.stream) tpu__stream_fence();
       numel = whole;
     }
     C.sizes[0] = numel / piece;
