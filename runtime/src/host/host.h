@@ -137,6 +137,12 @@ int tpu__parallel_chunks(int64_t n, int64_t grain);
  * first error in chunk order (the others are freed). BLAS runs single-threaded
  * (host/linalg.c), so a region's chunks may call it. */
 tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx);
+/* The same over n independent items of similar cost (GEMM blocks), each its own chunk
+ * (at most 256 chunks): a thread that the OS takes off its core for a while (2 cores:
+ * the Python thread records the next ops while the pool runs) holds one item, not half of
+ * them, and the others' threads take the rest. Only for kernels whose result does not
+ * depend on the partition. */
+tpu_status_t tpu__parallel_items(int64_t n, tpu_parallel_fn fn, void* ctx);
 /* The chunks of a region run in order on the caller (used when the pool is busy). */
 tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx);
 /* Work (in elements touched) below which kernels stay serial: a region costs a few

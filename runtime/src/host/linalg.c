@@ -107,7 +107,7 @@ void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   int64_t block = split_m ? GEMM_ROW_BLOCK : GEMM_COL_BLOCK;
   int64_t dim = split_m ? M : N;
   pgemm_t g = {cd, ta, tb, split_m, M, N, K, lda, ldb, ldc, block, alpha, beta, A, B, C};
-  tpu_status_free(tpu__parallel_for((dim + block - 1) / block, 1, pgemm_blocks, &g));
+  tpu_status_free(tpu__parallel_items((dim + block - 1) / block, pgemm_blocks, &g));
 }
 
 /* Row-major C[M,N] = alpha * op(A) op(B) + beta * C over dense compute buffers. Integer
