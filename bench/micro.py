@@ -1,6 +1,8 @@
 """Micro benchmarks, tpu (host driver) vs torch CPU eager, side by side in one process:
 GEMM f32/bf16 at LLM shapes, elementwise and reduction bandwidth, per-op dispatch
-overhead. `--scaling` runs only the subset used for the thread-scaling table."""
+overhead. `--scaling` runs only the subset used for the thread-scaling table; `--bw` only
+the bandwidth table, printed (for A/B runs, e.g. TORCHTPU_STREAM_MIN_BYTES=0 against the
+default)."""
 import argparse
 
 import torch
@@ -83,6 +85,7 @@ def dispatch_rows(devices, n=10_000):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scaling", action="store_true")
+    ap.add_argument("--bw", action="store_true", help="only the bandwidth table (A/B runs)")
     a = ap.parse_args()
     n = threads()
     devices = ["tpu", "cpu"]
@@ -93,10 +96,14 @@ def main():
                "bw": bw_rows(devices, ["add", "softmax (rows of 4096)", "sum (all)", "layer_norm (rows of 1024)"])}
         emit({"scaling": out})
         return
+    bw_ops = ["copy (clone)", "add", "mul", "gelu", "sum (all)", "sum (rows of 4096)", "softmax (rows of 4096)",
+              "layer_norm (rows of 1024)"]
+    if a.bw:
+        bw_rows(devices, bw_ops)  # printed as it goes; nothing emitted for the suite
+        return
     out = {"threads": n,
            "gemm": gemm_rows(devices, [torch.float32, torch.bfloat16], GEMMS),
-           "bw": bw_rows(devices, ["copy (clone)", "add", "mul", "gelu", "sum (all)", "sum (rows of 4096)",
-                                   "softmax (rows of 4096)", "layer_norm (rows of 1024)"]),
+           "bw": bw_rows(devices, bw_ops),
            "dispatch": dispatch_rows(devices)}
     emit({"micro": out})
 

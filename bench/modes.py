@@ -140,10 +140,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="small sizes, few iterations")
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--write", default=None, help="replace the 'Eager modes' section of this Markdown file")
+    ap.add_argument("--only", default=None, help="run the workloads whose name contains this (A/B runs)")
     a = ap.parse_args()
+    if a.only and a.write:
+        ap.error("--write records every workload: drop --only")
     iters = a.iters or (5 if a.quick else 15)
     rows = []
     for name, make in WORKLOADS.items():
+        if a.only and a.only not in name:
+            continue
         s, ps = measure(make, torch.device("tpu"), "strict", iters, a.quick)
         d, pd = measure(make, torch.device("tpu"), "defer_and_fuse", iters, a.quick)
         c, _ = measure(make, torch.device("cpu"), None, iters, a.quick)

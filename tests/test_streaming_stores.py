@@ -1,8 +1,8 @@
-"""Outputs larger than the last-level cache are written with streaming (non-temporal)
-stores (host/tile.c tpu__stream_copy): elementwise tiles, same-dtype copies and float
-layer-norm rows. TORCHTPU_STREAM_MIN_BYTES=1 sends every such output down that path; =0
-turns it off. The two runs must agree bit for bit and match CPU, including unaligned
-starts and tails that are not a multiple of the store width."""
+"""Copies and layer-norm outputs larger than the last-level cache are written with
+streaming (non-temporal) stores (host/tile.c tpu__stream_copy). TORCHTPU_STREAM_MIN_BYTES=1
+sends every such output down that path; =0 turns it off. The two runs must agree bit for
+bit and match CPU, including unaligned starts and tails that are not a multiple of the
+store width; elementwise and softmax outputs, which keep ordinary stores, are checked too."""
 import os
 import subprocess
 import sys

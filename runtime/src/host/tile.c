@@ -225,7 +225,6 @@ typedef struct tile_run_s {
   int64_t rows, inner;
   int64_t per_unit; /* batched: rows per tile; else tiles per row */
   bool batched;
-  bool stream; /* the output bypasses the cache (tpu__stream_min_bytes) */
   atomic_bool fault;
 } tile_run_t;
 
@@ -296,10 +295,7 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
       char* op_ = obase + (off[0] + t0 * ost) * (int64_t)osz;
       /* The output tile may be an input tile (in-place ops, donated buffers): tile
        * functions compute element i from elements i in one pass (host.h). */
-      if (out->dtype == c && ost == 1 && R->stream) {
-        R->fn(len, scratch, inp, R->node);
-        tpu__stream_copy(op_, scratch, (size_t)len * osz);
-      } else if (out->dtype == c && ost == 1) {
+      if (out->dtype == c && ost == 1) {
         R->fn(len, op_, inp, R->node);
       } else {
         R->fn(len, scratch, inp, R->node);
@@ -338,7 +334,6 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
       }
     }
   }
-  if (R->stream) tpu__stream_fence();
   if (tile_faulted) atomic_store(&R->fault, true);
   tile_faulted = faulted;
   tpu__free(scratch);
@@ -354,9 +349,6 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
   tile_run_t R = {node, out, ins, n_in, c, fn};
   atomic_init(&R.fault, false);
   iter_build(&R.it, out, ins, n_in);
-  /* a new output (not written in place over an input) too big for the cache */
-  R.stream = numel * (int64_t)tpu_dtype_size(out->dtype) >= tpu__stream_min_bytes();
-  for (int j = 0; j < n_in && R.stream; ++j) R.stream = ins[j]->value != out->value;
   int nd = R.it.ndim;
   R.inner = R.it.sizes[nd - 1];
   R.rows = 1;
