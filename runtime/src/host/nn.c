@@ -211,8 +211,9 @@ static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   bool f32 = rows_f32(&L->rx) && rows_f32(&L->ry);
   for (int64_t r = rb; r < re; ++r) {
     if (f32) {
+      const float* x = (const float*)tpu__operand_ptr(L->rx.op) + r * k;
       float* y = (float*)tpu__operand_ptr(L->ry.op) + r * k;
-      ln_row_f32(L, (const float*)tpu__operand_ptr(L->rx.op) + r * k, L->stream ? (float*)yrow : y, &L->mu[r], &L->rs[r]);
+      ln_row_f32(L, x, L->stream ? (float*)yrow : y, &L->mu[r], &L->rs[r]);
       if (L->stream) tpu__stream_copy(y, yrow, (size_t)k * sizeof(float));
       continue;
     }
@@ -266,6 +267,8 @@ tpu_status_t tpu__layer_norm_row_end_open(const tpu_node_t* n, tpu_row_end_t* e)
   return NULL;
 }
 
+#define LN_STREAM_ROW_MAX (256 << 10)
+
 static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
   tpu_operand_t* x = &n->in[0];
   int axis = (int)n->ia[0];
@@ -288,8 +291,9 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
     free_all(buf, 6);
     return TPU_HOST_NOMEM();
   }
-  L.stream = rows_f32(&L.rx) && rows_f32(&L.ry) && n->out[0].value != x->value && k * (int64_t)sizeof(float) <= (256 << 10) &&
-             m * k * (int64_t)sizeof(float) >= tpu__stream_min_bytes();
+  /* a new float output past the cache, in rows whose buffer stays cached (host.h) */
+  L.stream = rows_f32(&L.rx) && rows_f32(&L.ry) && n->out[0].value != x->value &&
+             k * (int64_t)sizeof(float) <= LN_STREAM_ROW_MAX && m * k * (int64_t)sizeof(float) >= tpu__stream_min_bytes();
   tpu_status_t st = m > 1 && m * k >= TPU_PARALLEL_MIN_WORK
                         ? tpu__parallel_for(m, TPU_PARALLEL_MIN_WORK / cnt1(k) + 1, ln_fwd_rows, &L)
                         : ln_fwd_rows(&L, 0, m, 0);
