@@ -212,19 +212,6 @@ static tpu_status_t combine(region_t* r) {
  * 9 us elementwise kernel then took ~65 us at the median). So a region costs at most
  * about its serial time plus the tail of a chunk a worker started. Chunk c always covers
  * the same range, whoever runs it, and errors combine in chunk order. */
-static tpu_status_t parallel_run(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx);
-
-tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx) {
-  if (n <= 0) return NULL;
-  return parallel_run(n, tpu__parallel_chunks(n, grain), fn, ctx);
-}
-
-tpu_status_t tpu__parallel_items(int64_t n, tpu_parallel_fn fn, void* ctx) {
-  if (n <= 0) return NULL;
-  int chunks = tpu__num_threads() <= 1 ? 1 : n < MAX_THREADS ? (int)n : MAX_THREADS;
-  return parallel_run(n, chunks, fn, ctx);
-}
-
 static tpu_status_t parallel_run(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx) {
   if (chunks <= 1 || in_region || pthread_mutex_trylock(&pool.busy) != 0)
     return chunks <= 1 || in_region ? fn(ctx, 0, n, 0) : tpu__parallel_serial(n, chunks, fn, ctx);
@@ -254,6 +241,17 @@ static tpu_status_t parallel_run(int64_t n, int chunks, tpu_parallel_fn fn, void
   tpu_status_t st = combine(r);
   pthread_mutex_unlock(&pool.busy);
   return st;
+}
+
+tpu_status_t tpu__parallel_for(int64_t n, int64_t grain, tpu_parallel_fn fn, void* ctx) {
+  if (n <= 0) return NULL;
+  return parallel_run(n, tpu__parallel_chunks(n, grain), fn, ctx);
+}
+
+tpu_status_t tpu__parallel_items(int64_t n, tpu_parallel_fn fn, void* ctx) {
+  if (n <= 0) return NULL;
+  int chunks = tpu__num_threads() <= 1 ? 1 : n < MAX_THREADS ? (int)n : MAX_THREADS;
+  return parallel_run(n, chunks, fn, ctx);
 }
 
 tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, void* ctx) {
