@@ -168,7 +168,7 @@ static inline double total16(v16f a) { return v8_total(v16_widen_sum(a)); }
 #define LN_BLOCK 128
 
 /* The sum of x[j], or with square of (x[j] - shift)^2, over [0, k). */
-static inline double ln_sum_f32(const float* x, int64_t k, float shift, bool square) {
+TPU_VINLINE double ln_sum_f32(const float* x, int64_t k, float shift, bool square) {
   double s = 0;
   for (int64_t b = 0; b < k; b += LN_BLOCK) {
     int64_t e = b + LN_BLOCK < k ? b + LN_BLOCK : k, j = b;
