@@ -256,6 +256,24 @@ static void test_kernels_on_pool(void) {
   tpu__free(x); tpu__free(y); tpu__free(got); tpu__free(a); tpu__free(b);
 }
 
+/* The cache sizes the tile engine and the streaming stores are sized by: where sysfs
+ * lists cpu0's caches, L1 data is a plausible size and the last level is the largest. */
+static void test_cache_sizes(void) {
+  int64_t l1 = tpu__cache_bytes(1), l2 = tpu__cache_bytes(2), l3 = tpu__cache_bytes(3);
+  int64_t last = tpu__cache_bytes(0);
+  FILE* f = fopen("/sys/devices/system/cpu/cpu0/cache/index0/size", "r");
+  if (f) {
+    fclose(f);
+    CHECK(l1 >= 4096 && l1 <= (1 << 20));
+    CHECK(last >= l1 && last >= l2 && last >= l3);
+    CHECK(last == (l3 ? l3 : l2 ? l2 : l1));
+  } else {
+    CHECK(l1 == 0 && last == 0);
+  }
+  printf("caches: L1d %lld, L2 %lld, L3 %lld, last level %lld bytes\n", (long long)l1,
+         (long long)l2, (long long)l3, (long long)last);
+}
+
 int main(void) {
   test_cover();
   test_static_chunks();
@@ -264,6 +282,7 @@ int main(void) {
   test_many_small();
   test_two_callers();
   test_kernels_on_pool();
+  test_cache_sizes();
   printf("%s: %s (%d threads)\n", __FILE__, check_failures ? "FAILED" : "ok", tpu__num_threads());
   return check_failures ? 1 : 0;
 }

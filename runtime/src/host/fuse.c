@@ -209,7 +209,8 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
 static int64_t l1_bytes;
 static pthread_once_t l1_once = PTHREAD_ONCE_INIT;
 static void read_l1(void) {
-  long v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+  int64_t v = tpu__cache_bytes(1);
+  if (v < 8192) v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
   l1_bytes = v >= 8192 ? v : 32768;
 }
 

@@ -71,6 +71,12 @@ void tpu__convert_run(void* dst, tpu_dtype_t dst_dtype, int64_t dst_stride,
 void tpu__strided_copy(int nd, const int64_t* sizes, void* dst, const int64_t* dst_strides,
                        const void* src, const int64_t* src_strides, size_t esz);
 
+/* Bytes of cpu0's data (or unified) cache of this level (1, 2, 3), or of its last level
+ * for level 0, as sysfs lists it; 0 where sysfs does not say. Callers fall back to
+ * sysconf, which is not asked first: on a 2-core VM it reported the package's 256 MiB of
+ * L3 where the core's slice is 32 MiB. Reads files: call it once, not per op. */
+int64_t tpu__cache_bytes(int level);
+
 /* Streaming stores for copies too big to stay in the cache. Below this many bytes (the
  * last-level cache from sysfs, else 32 MiB; TORCHTPU_STREAM_MIN_BYTES sets it, 0 turns
  * streaming off) a copy's destination is written with ordinary stores, since the next op

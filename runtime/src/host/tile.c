@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -382,8 +383,36 @@ tpu_status_t tpu__tile_run(tpu_node_t* node, tpu_dtype_t c, tpu_tile_fn fn) {
 static int64_t stream_min;
 static pthread_once_t stream_once = PTHREAD_ONCE_INIT;
 
-/* The last-level cache of cpu0 as sysfs lists it (sysconf's figure can be the whole
- * package's: 256 MiB on a 2-core VM whose L3 slice is 32 MiB). */
+int64_t tpu__cache_bytes(int level) {
+  int64_t best = 0;
+  int best_level = 0;
+  for (int i = 0; i < 8; ++i) {
+    char path[96], buf[32] = "";
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+    FILE* f = fopen(path, "r");
+    if (!f) break;
+    int lv = 0;
+    if (fscanf(f, "%d", &lv) != 1) lv = 0;
+    fclose(f);
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+    if ((f = fopen(path, "r"))) {
+      if (!fgets(buf, sizeof buf, f)) buf[0] = 0;
+      fclose(f);
+    }
+    if (strncmp(buf, "Instruction", 11) == 0 || (level ? lv != level : lv < best_level)) continue;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+    if (!(f = fopen(path, "r"))) continue;
+    long long v = 0;
+    char unit = 0;
+    if (fgets(buf, sizeof buf, f) && sscanf(buf, "%lld%c", &v, &unit) >= 1 && v > 0) {
+      best = v * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
+      best_level = lv;
+    }
+    fclose(f);
+  }
+  return best;
+}
+
 static void read_llc(void) {
   const char* e = getenv("TORCHTPU_STREAM_MIN_BYTES"); /* tests: force the streaming path */
   if (e && *e) {
@@ -391,28 +420,9 @@ static void read_llc(void) {
     stream_min = v > 0 ? v : INT64_MAX;
     return;
   }
-  int64_t best = 0;
-  int best_level = 0;
-  for (int i = 0; i < 8; ++i) {
-    char path[96], buf[32];
-    int level = 0;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
-    FILE* f = fopen(path, "r");
-    if (!f) break;
-    if (fscanf(f, "%d", &level) != 1) level = 0;
-    fclose(f);
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
-    if (!(f = fopen(path, "r"))) continue;
-    long long v = 0;
-    char unit = 0;
-    if (fgets(buf, sizeof buf, f) && sscanf(buf, "%lld%c", &v, &unit) >= 1 && level >= best_level) {
-      best = v * (unit == 'K' ? 1024 : unit == 'M' ? 1024 * 1024 : 1);
-      best_level = level;
-    }
-    fclose(f);
-  }
-  if (best <= 0) best = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  stream_min = best > 0 ? best : 32 << 20;
+  int64_t llc = tpu__cache_bytes(0);
+  if (llc <= 0) llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  stream_min = llc > 0 ? llc : 32 << 20;
 }
 
 int64_t tpu__stream_min_bytes(void) {
