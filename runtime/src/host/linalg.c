@@ -104,8 +104,13 @@ void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K
   /* Rows when there are at least two row blocks or the product is tall, else columns
    * (from the shape alone, not the thread count: see above). */
   bool split_m = M >= 2 * GEMM_ROW_BLOCK || M >= N;
-  int64_t block = split_m ? GEMM_ROW_BLOCK : GEMM_COL_BLOCK;
-  int64_t dim = split_m ? M : N;
+  int64_t dim = split_m ? M : N, most = split_m ? GEMM_ROW_BLOCK : GEMM_COL_BLOCK;
+  /* Equal blocks of at most `most`, rounded up to 16, and at least two: a product of one
+   * block's size (the weight gradient 128x512x128 of a d=128 layer) would otherwise run on
+   * one thread. */
+  int64_t nblk = (dim + most - 1) / most;
+  if (nblk < 2) nblk = 2;
+  int64_t block = ((dim + nblk - 1) / nblk + 15) / 16 * 16;
   pgemm_t g = {cd, ta, tb, split_m, M, N, K, lda, ldb, ldc, block, alpha, beta, A, B, C};
   tpu_status_free(tpu__parallel_items((dim + block - 1) / block, pgemm_blocks, &g));
 }
