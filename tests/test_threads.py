@@ -58,6 +58,8 @@ out["mm_row_blocks"] = a_rows.to(dev) @ bm.to(dev)
 out["mm_col_blocks"] = a_cols.to(dev) @ bm.to(dev)
 out["addmm_t"] = torch.addmm(b[:900].to(dev), a_rows.to(dev), bm.to(dev).t().contiguous().t())
 out["bmm_batches"] = torch.bmm(torch.randn(6, 200, 300).to(dev), torch.randn(6, 300, 100).to(dev))
+# 3 large products (67 MFLOP each): one after another, each split into row blocks
+out["bmm_blocks"] = torch.bmm(torch.randn(3, 256, 512).to(dev), torch.randn(3, 256, 512).to(dev).transpose(1, 2))
 qd, kd, vd = (t.to(dev).requires_grad_() for t in (q, k, v))
 out["sdpa"] = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
 out["sdpa"].square().sum().backward()
