@@ -441,17 +441,43 @@ typedef struct colsum_s {
   double* acc;
 } colsum_t;
 
+/* Tiles of 8 rows; in a tile, blocks of 16 columns keep their sums in registers over the
+ * tile's rows (then one load and store of acc per block and tile, not per element), the
+ * remaining columns row by row. Each column still adds its rows in order, so the result
+ * is the same as acc[j] += x[j] row after row. Short tiles keep the reads sequential:
+ * each row of a tile is read 64 bytes at a time, one block after another (64-row tiles
+ * ran a [4096, 1024] sum 1.7x slower than the row-by-row loop; 8-row tiles 3.3x faster). */
+#define COLSUM_TILE_ROWS 8
 TPU_ISA_CLONES static tpu_status_t colsum_chunk(void* arg, int64_t cb, int64_t ce, int tid) {
   colsum_t* C = arg;
   double* acc = C->acc;
   for (int64_t j = cb; j < ce; ++j) acc[j] = 0;
-  for (int64_t r = 0; r < C->nred; ++r) {
-    if (C->f32) {
-      const float* x = (const float*)C->x + r * C->cols;
-      for (int64_t j = cb; j < ce; ++j) acc[j] += (double)x[j];
-    } else {
-      const double* x = (const double*)C->x + r * C->cols;
-      for (int64_t j = cb; j < ce; ++j) acc[j] += x[j];
+  for (int64_t r0 = 0; r0 < C->nred; r0 += COLSUM_TILE_ROWS) {
+    int64_t r1 = r0 + COLSUM_TILE_ROWS < C->nred ? r0 + COLSUM_TILE_ROWS : C->nred, j = cb;
+    for (; j + 16 <= ce; j += 16) {
+      v8d a0 = ld8_f64(acc + j), a1 = ld8_f64(acc + j + 8);
+      for (int64_t r = r0; r < r1; ++r) {
+        if (C->f32) {
+          const float* x = (const float*)C->x + r * C->cols + j;
+          a0 = v8_add(a0, ld8_f32(x));
+          a1 = v8_add(a1, ld8_f32(x + 8));
+        } else {
+          const double* x = (const double*)C->x + r * C->cols + j;
+          a0 = v8_add(a0, ld8_f64(x));
+          a1 = v8_add(a1, ld8_f64(x + 8));
+        }
+      }
+      st8_f64(acc + j, a0);
+      st8_f64(acc + j + 8, a1);
+    }
+    for (int64_t r = r0; r < r1 && j < ce; ++r) {
+      if (C->f32) {
+        const float* x = (const float*)C->x + r * C->cols;
+        for (int64_t q = j; q < ce; ++q) acc[q] += (double)x[q];
+      } else {
+        const double* x = (const double*)C->x + r * C->cols;
+        for (int64_t q = j; q < ce; ++q) acc[q] += x[q];
+      }
     }
   }
   return NULL;
