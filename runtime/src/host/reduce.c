@@ -115,7 +115,7 @@ static inline double term(double v, int mode, double a) {
 static inline bool lane_mode(int mode) {
   return mode == S_PLAIN || mode == S_SQ || mode == S_SQDEV || mode == S_ABS || mode == S_NONAN;
 }
-static inline v4d term4(v4d v, int mode, double a) {
+TPU_VINLINE v4d term4(v4d v, int mode, double a) {
   switch (mode) {
     case S_SQDEV: return (v - a) * (v - a);
     case S_ABS: return (v4d)((v4l)v & ((v4l){0} + INT64_MAX));
@@ -124,33 +124,67 @@ static inline v4d term4(v4d v, int mode, double a) {
     default: return v;
   }
 }
-static inline v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode, a), term4(v.hi, mode, a)}; }
+TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode, a), term4(v.hi, mode, a)}; }
 
 /* f32 rows take exponentials in float (expf is several times faster than exp and as
  * accurate as the f32 result needs); the sums stay double. */
 #define ROW_FNS(T, SFX, EXPT)                                                               \
+  /* nx runs (x + q stride, q < nx <= 4; n elements each) in lane mode `mode`, added to    \
+   * tot[q], in blocks of 256: 8 lanes per run, combined in a fixed order, then the tail.  \
+   * The runs advance together, 8 elements at a time, so nx read streams are in flight     \
+   * (taking them a block at a time ran ~40% slower). Called with constant nx and mode, so \
+   * the compiler unrolls the runs and folds term8's switch out of the loop. */           \
+  TPU_VINLINE void lane_sum_##SFX(const T* x, int64_t stride, int nx, int64_t n, int mode, double a, \
+                                  double* tot) {                                           \
+    for (int64_t b0 = 0; b0 < n; b0 += 256) {                                              \
+      int64_t e = b0 + 256 < n ? b0 + 256 : n, i = b0;                                     \
+      v8d acc[4] = {V8D_ZERO, V8D_ZERO, V8D_ZERO, V8D_ZERO};                               \
+      for (; i + 8 <= e; i += 8)                                                           \
+        for (int q = 0; q < nx; ++q)                                                       \
+          acc[q] = v8_add(acc[q], term8(ld8_##SFX(x + q * stride + i), mode, a));          \
+      for (int q = 0; q < nx; ++q) {                                                       \
+        double s1 = 0;                                                                     \
+        for (int64_t j = i; j < e; ++j) s1 += term(x[q * stride + j], mode, a);            \
+        tot[q] += v8_total(acc[q]) + s1;                                                   \
+      }                                                                                    \
+    }                                                                                      \
+  }                                                                                        \
+  TPU_VINLINE void lane_sums_##SFX(const T* x, int64_t stride, int nx, int64_t n, int mode, double a, \
+                                   double* tot) {                                          \
+    switch (mode) {                                                                        \
+      case S_SQ: lane_sum_##SFX(x, stride, nx, n, S_SQ, a, tot); break;                    \
+      case S_ABS: lane_sum_##SFX(x, stride, nx, n, S_ABS, a, tot); break;                  \
+      case S_SQDEV: lane_sum_##SFX(x, stride, nx, n, S_SQDEV, a, tot); break;              \
+      case S_NONAN: lane_sum_##SFX(x, stride, nx, n, S_NONAN, a, tot); break;              \
+      default: lane_sum_##SFX(x, stride, nx, n, S_PLAIN, a, tot);                          \
+    }                                                                                      \
+  }                                                                                        \
   TPU_ISA_CLONES static double block_sum_##SFX(const T* x, int64_t n, int mode, double a) { \
     double tot = 0;                                                                        \
+    if (lane_mode(mode)) {                                                                 \
+      lane_sums_##SFX(x, 0, 1, n, mode, a, &tot);                                          \
+      return tot;                                                                          \
+    }                                                                                      \
     for (int64_t b0 = 0; b0 < n; b0 += 256) {                                              \
-      int64_t e = b0 + 256 < n ? b0 + 256 : n;                                             \
+      int64_t e = b0 + 256 < n ? b0 + 256 : n, i = b0;                                     \
       double s0 = 0, s1 = 0;                                                               \
-      int64_t i = b0;                                                                      \
-      if (lane_mode(mode)) {                                                               \
-        v8d acc = V8D_ZERO;                                                                \
-        if (mode == S_PLAIN)                                                               \
-          for (; i + 8 <= e; i += 8) acc = v8_add(acc, ld8_##SFX(x + i));                  \
-        else                                                                               \
-          for (; i + 8 <= e; i += 8) acc = v8_add(acc, term8(ld8_##SFX(x + i), mode, a));  \
-        s0 = v8_total(acc);                                                                \
-      } else if (mode == S_EXPDEV) {                                                       \
+      if (mode == S_EXPDEV)                                                                \
         for (; i + 1 < e; i += 2) { s0 += EXPT(x[i] - (T)a); s1 += EXPT(x[i + 1] - (T)a); } \
-      } else {                                                                             \
+      else                                                                                 \
         for (; i + 1 < e; i += 2) { s0 += term(x[i], mode, a); s1 += term(x[i + 1], mode, a); } \
-      }                                                                                    \
       for (; i < e; ++i) s1 += term(x[i], mode, a);                                        \
       tot += s0 + s1;                                                                      \
     }                                                                                      \
     return tot;                                                                            \
+  }                                                                                        \
+  /* block_sum of four runs (lane modes only): each run gets exactly block_sum's          \
+   * operations, so the results are bit-identical to four calls, but four read streams    \
+   * are in flight instead of one. One stream per core left a sum of 16M floats on 2 AVX2 \
+   * cores at ~15 GB/s, four reach ~19. */                                                 \
+  TPU_ISA_CLONES static void block_sum4_##SFX(const T* x, int64_t stride, int64_t n, int mode, \
+                                             double a, double* out) {                     \
+    for (int q = 0; q < 4; ++q) out[q] = 0;                                                \
+    lane_sums_##SFX(x, stride, 4, n, mode, a, out);                                        \
   }                                                                                        \
   static double f_max_##SFX(const T* x, int64_t n) {                                       \
     double m = -INFINITY;                                                                  \
@@ -180,45 +214,6 @@ static inline v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mo
 
 ROW_FNS(float, f32, expf)
 ROW_FNS(double, f64, exp)
-
-/* block_sum of four runs side by side (x, x + stride, x + 2 stride, x + 3 stride, n
- * elements each, lane modes only): each run gets exactly block_sum's operations, so the
- * four results are bit-identical to four calls, but four read streams are in flight
- * instead of one. One stream per core left a sum of 16M floats on 2 AVX2 cores at
- * ~15 GB/s, four reach ~19 (a C loop: 15-18 against 18-29). */
-#define SUM4_FNS(T, SFX)                                                                   \
-  TPU_ISA_CLONES static void block_sum4_##SFX(const T* x, int64_t stride, int64_t n, int mode, \
-                                             double a, double* out) {                     \
-    const T *x0 = x, *x1 = x + stride, *x2 = x + 2 * stride, *x3 = x + 3 * stride;         \
-    double t0 = 0, t1 = 0, t2 = 0, t3 = 0;                                                 \
-    for (int64_t b0 = 0; b0 < n; b0 += 256) {                                              \
-      int64_t e = b0 + 256 < n ? b0 + 256 : n, i = b0;                                     \
-      v8d a0 = V8D_ZERO, a1 = V8D_ZERO, a2 = V8D_ZERO, a3 = V8D_ZERO;                      \
-      if (mode == S_PLAIN)                                                                 \
-        for (; i + 8 <= e; i += 8) {                                                       \
-          a0 = v8_add(a0, ld8_##SFX(x0 + i)); a1 = v8_add(a1, ld8_##SFX(x1 + i));          \
-          a2 = v8_add(a2, ld8_##SFX(x2 + i)); a3 = v8_add(a3, ld8_##SFX(x3 + i));          \
-        }                                                                                  \
-      else                                                                                 \
-        for (; i + 8 <= e; i += 8) {                                                       \
-          a0 = v8_add(a0, term8(ld8_##SFX(x0 + i), mode, a));                              \
-          a1 = v8_add(a1, term8(ld8_##SFX(x1 + i), mode, a));                              \
-          a2 = v8_add(a2, term8(ld8_##SFX(x2 + i), mode, a));                              \
-          a3 = v8_add(a3, term8(ld8_##SFX(x3 + i), mode, a));                              \
-        }                                                                                  \
-      double s1[4] = {0, 0, 0, 0};                                                         \
-      for (int64_t j = i; j < e; ++j) {                                                    \
-        s1[0] += term(x0[j], mode, a); s1[1] += term(x1[j], mode, a);                      \
-        s1[2] += term(x2[j], mode, a); s1[3] += term(x3[j], mode, a);                      \
-      }                                                                                    \
-      t0 += v8_total(a0) + s1[0]; t1 += v8_total(a1) + s1[1];                              \
-      t2 += v8_total(a2) + s1[2]; t3 += v8_total(a3) + s1[3];                              \
-    }                                                                                      \
-    out[0] = t0; out[1] = t1; out[2] = t2; out[3] = t3;                                    \
-  }
-SUM4_FNS(float, f32)
-SUM4_FNS(double, f64)
-#undef SUM4_FNS
 
 /* A row of floats in the row dtype: f32 (fs) or f64 (fd). */
 typedef struct frow_s {
@@ -342,10 +337,11 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   tpu_kind_t k = node->kind;
   /* Sums of short rows four at a time (fr_sum of one group, four read streams). */
   bool sum = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN;
+  int sum_mode = k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN;
   if (fl && sum && inner <= SUPER)
     for (; jb + 4 <= je; jb += 4) {
       double s[4];
-      fr_blocks4(frow(R->data, R->f32, jb * inner), inner, inner, k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN, 0, s);
+      fr_blocks4(frow(R->data, R->f32, jb * inner), inner, inner, sum_mode, 0, s);
       for (int q = 0; q < 4; ++q) fo[jb + q] = k == TPU_KIND_RED_MEAN ? s[q] / (double)inner : s[q];
     }
   for (int64_t j = jb; j < je; ++j) {
@@ -355,7 +351,7 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
       case TPU_KIND_RED_SUM:
       case TPU_KIND_RED_NANSUM:
       case TPU_KIND_RED_COUNT_NONZERO:
-        if (fl) fo[j] = fr_sum(fx, inner, k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN, 0);
+        if (fl) fo[j] = fr_sum(fx, inner, sum_mode, 0);
         else {
           uint64_t s = 0;
           for (int64_t i = 0; i < inner; ++i) s += (uint64_t)ix[i];
@@ -448,40 +444,31 @@ typedef struct colsum_s {
  * each row of a tile is read 64 bytes at a time, one block after another (64-row tiles
  * ran a [4096, 1024] sum 1.7x slower than the row-by-row loop; 8-row tiles 3.3x faster). */
 #define COLSUM_TILE_ROWS 8
-TPU_ISA_CLONES static tpu_status_t colsum_chunk(void* arg, int64_t cb, int64_t ce, int tid) {
-  colsum_t* C = arg;
-  double* acc = C->acc;
-  for (int64_t j = cb; j < ce; ++j) acc[j] = 0;
-  for (int64_t r0 = 0; r0 < C->nred; r0 += COLSUM_TILE_ROWS) {
-    int64_t r1 = r0 + COLSUM_TILE_ROWS < C->nred ? r0 + COLSUM_TILE_ROWS : C->nred, j = cb;
-    for (; j + 16 <= ce; j += 16) {
-      v8d a0 = ld8_f64(acc + j), a1 = ld8_f64(acc + j + 8);
-      for (int64_t r = r0; r < r1; ++r) {
-        if (C->f32) {
-          const float* x = (const float*)C->x + r * C->cols + j;
-          a0 = v8_add(a0, ld8_f32(x));
-          a1 = v8_add(a1, ld8_f32(x + 8));
-        } else {
-          const double* x = (const double*)C->x + r * C->cols + j;
-          a0 = v8_add(a0, ld8_f64(x));
-          a1 = v8_add(a1, ld8_f64(x + 8));
-        }
-      }
-      st8_f64(acc + j, a0);
-      st8_f64(acc + j + 8, a1);
-    }
-    for (int64_t r = r0; r < r1 && j < ce; ++r) {
-      if (C->f32) {
-        const float* x = (const float*)C->x + r * C->cols;
-        for (int64_t q = j; q < ce; ++q) acc[q] += (double)x[q];
-      } else {
-        const double* x = (const double*)C->x + r * C->cols;
-        for (int64_t q = j; q < ce; ++q) acc[q] += x[q];
-      }
-    }
+#define COLSUM_FN(T, SFX)                                                                   \
+  TPU_ISA_CLONES static tpu_status_t colsum_chunk_##SFX(void* arg, int64_t cb, int64_t ce, int tid) { \
+    colsum_t* C = arg;                                                                     \
+    const T* x = C->x;                                                                     \
+    double* acc = C->acc;                                                                  \
+    for (int64_t j = cb; j < ce; ++j) acc[j] = 0;                                          \
+    for (int64_t r0 = 0; r0 < C->nred; r0 += COLSUM_TILE_ROWS) {                           \
+      int64_t r1 = r0 + COLSUM_TILE_ROWS < C->nred ? r0 + COLSUM_TILE_ROWS : C->nred, j = cb; \
+      for (; j + 16 <= ce; j += 16) {                                                      \
+        v8d a0 = ld8_f64(acc + j), a1 = ld8_f64(acc + j + 8);                              \
+        for (int64_t r = r0; r < r1; ++r) {                                                \
+          a0 = v8_add(a0, ld8_##SFX(x + r * C->cols + j));                                 \
+          a1 = v8_add(a1, ld8_##SFX(x + r * C->cols + j + 8));                             \
+        }                                                                                  \
+        st8_f64(acc + j, a0);                                                              \
+        st8_f64(acc + j + 8, a1);                                                          \
+      }                                                                                    \
+      for (int64_t r = r0; r < r1 && j < ce; ++r)                                          \
+        for (int64_t q = j; q < ce; ++q) acc[q] += (double)x[r * C->cols + q];             \
+    }                                                                                      \
+    return NULL;                                                                           \
   }
-  return NULL;
-}
+COLSUM_FN(float, f32)
+COLSUM_FN(double, f64)
+#undef COLSUM_FN
 
 static bool leading_dims_reduced(const tpu_operand_t* op, uint32_t mask, int64_t* nred, int64_t* cols) {
   int d = 0;
@@ -499,9 +486,9 @@ static tpu_status_t column_sum_kernel(tpu_node_t* node, tpu_dtype_t dt, int64_t 
   double* acc = alloc8(cols);
   if (!acc) return TPU_HOST_NOMEM();
   colsum_t C = {tpu__operand_ptr(&node->in[0]), dt == TPU_DTYPE_F32, nred, cols, acc};
-  tpu_status_t st = nred * cols >= TPU_PARALLEL_MIN_WORK && cols >= 64
-                        ? tpu__parallel_for(cols, 64, colsum_chunk, &C)
-                        : colsum_chunk(&C, 0, cols, 0);
+  tpu_status_t (*chunk)(void*, int64_t, int64_t, int) = C.f32 ? colsum_chunk_f32 : colsum_chunk_f64;
+  bool par = nred * cols >= TPU_PARALLEL_MIN_WORK && cols >= 64;
+  tpu_status_t st = par ? tpu__parallel_for(cols, 64, chunk, &C) : chunk(&C, 0, cols, 0);
   if (!st && node->kind == TPU_KIND_RED_MEAN)
     for (int64_t j = 0; j < cols; ++j) acc[j] /= (double)nred;
   if (!st) tpu__unpack(&node->out[0], acc, TPU_DTYPE_F64);
