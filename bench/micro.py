@@ -55,7 +55,7 @@ def bw_rows(devices, ops):
             x, y = x32.to(dev), y32.to(dev)
             t = bench(lambda: fn(x, y), dev, warmup=1, reps=5)
             row[dev] = tensors * 4.0 * N_BW / t  # bytes/s
-        progress(f"{name}: " + ", ".join(f"{d} {row[d] / 1e9:.1f} GB/s" for d in devices))
+        progress(f"{name}: " + ", ".join(f"{d} {row[d] / 1e9:.3g} GB/s" for d in devices))
         rows.append(row)
     return rows
 
