@@ -260,14 +260,12 @@ GEN_FN(gen_normal, (F->pa ? F->pa[i] : F->p[0]) + (F->pb ? F->pb[i] : F->p[1]) *
  * sine and cosine of 2 pi u2 from polynomials fitted for this file (least squares
  * reweighted toward minimax). Against double libm over 2e8 draws: ln 1.41 ulp, sin and
  * cos 1.41 * 2^-24 absolute, z within 11 * 2^-24 absolute (|z| <= 6.66). */
-TPU_VINLINE float bm_f32_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
-
 /* ln x for a normal float x > 0: x = m 2^e, m in [sqrt(1/2), sqrt(2)), ln(1 + f) =
  * f - f^2/2 + f^3 P(f) with P of degree 7 */
 TPU_VINLINE float bm_log(float x) {
   uint32_t bx;
   memcpy(&bx, &x, 4);
-  float m = bm_f32_bits((bx & 0x7fffffu) | 0x3f800000u);
+  float m = tpu__f32_from_bits((bx & 0x7fffffu) | 0x3f800000u);
   float e = (float)((int32_t)(bx >> 23) - 127);
   bool big = m > 1.41421356f;
   m = big ? m * 0.5f : m;
@@ -308,8 +306,8 @@ TPU_VINLINE void bm_sincos(float u, float* c, float* s) {
   uint32_t ab, bb;
   memcpy(&ab, &a, 4);
   memcpy(&bb, &b, 4);
-  *c = bm_f32_bits(ab ^ (((qi + 1u) & 2u) << 30));
-  *s = bm_f32_bits(bb ^ ((qi & 2u) << 30));
+  *c = tpu__f32_from_bits(ab ^ (((qi + 1u) & 2u) << 30));
+  *s = tpu__f32_from_bits(bb ^ ((qi & 2u) << 30));
 }
 
 /* p: mean, std, unless pa, pb give them per element. Element i is from block i >> 2:
