@@ -43,8 +43,10 @@ def bw_rows(devices, ops):
         "sum (rows of 4096)": (lambda x, y: x.view(-1, 4096).sum(1), 1),
         "softmax (rows of 4096)": (lambda x, y: torch.softmax(x.view(-1, 4096), 1), 2),
         "layer_norm (rows of 1024)": (lambda x, y: F.layer_norm(x.view(-1, 1024), (1024,)), 2),
-        # random draws: the bytes of the f32 output (dropout: its input too), not the mask
+        # random draws: the bytes of the output (dropout: its input too), not the mask
+        "rand": (lambda x, y: torch.rand(N_BW, device=x.device), 1),
         "randn": (lambda x, y: torch.randn(N_BW, device=x.device), 1),
+        "randint (int64 output)": (lambda x, y: torch.randint(0, 50257, (N_BW,), device=x.device), 2),
         "dropout (p=0.1, training)": (lambda x, y: F.dropout(x, 0.1), 2),
     }
     rows = []
@@ -100,7 +102,7 @@ def main():
         emit({"scaling": out})
         return
     bw_ops = ["copy (clone)", "add", "mul", "gelu", "sum (all)", "sum (rows of 4096)", "softmax (rows of 4096)",
-              "layer_norm (rows of 1024)", "randn", "dropout (p=0.1, training)"]
+              "layer_norm (rows of 1024)", "rand", "randn", "randint (int64 output)", "dropout (p=0.1, training)"]
     if a.bw:
         bw_rows(devices, bw_ops)  # printed as it goes; nothing emitted for the suite
         return

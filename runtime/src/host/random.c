@@ -6,13 +6,13 @@
  * dense buffer (the output itself when it is dense) and unpack it into the (possibly
  * strided) output; the same seed and shape give the same tensor whatever the output's
  * strides and the thread count. The element-wise draws (uniform, normal, bernoulli,
- * dropout, exponential, log-normal, geometric, Cauchy) run in parallel chunks with eight
- * Philox blocks at a time in SIMD lanes (fill, philox8); float32 and narrower normals
- * come four per block from a float Box-Muller (gen_normal_f32). 4M f32 on 2 AVX2 cores,
- * ns per element, before -> after, with PyTorch CPU in the same runs: randn 90-121 ->
- * 3.4-3.8 (CPU 6.9-10.6), rand 25-36 -> 5.4-6.0 (CPU 3.9-7.8), dropout 20-27 -> 7.2-8.2
- * (CPU 12-24). All but the float normals give the old kernels' values bit for bit (348
- * draws over dtypes, shapes, and 1 or 2 threads).
+ * dropout, randint, exponential, log-normal, geometric, Cauchy) run in parallel chunks
+ * with eight Philox blocks at a time in SIMD lanes (fill, philox8); float32 and narrower
+ * normals come four per block from a float Box-Muller (gen_normal_f32). 4M f32 on 2 AVX2
+ * cores, ns per element, before -> after, with PyTorch CPU in the same runs: randn
+ * 90-121 -> 3.4-3.8 (CPU 6.9-10.6), rand 25-36 -> 5.4-6.0 (CPU 3.9-7.8), dropout 20-27
+ * -> 7.2-8.2 (CPU 12-24). All but the float normals give the old kernels' values bit for
+ * bit (348 draws over dtypes, shapes, and 1 or 2 threads; randint: 110 draws).
  *
  * Counter layout: word 0/1 = element index (low/high), word 2 = stream (distinguishes
  * draws within one op, e.g. multinomial rows vs. samples), word 3 = 0.
@@ -421,26 +421,44 @@ static uint64_t default_modulus(tpu_dtype_t t) {
   }
 }
 
+typedef struct randint_s {
+  uint64_t seed, range, base;
+  int mode;   /* 0: the dtype's default range, 1: [base, base + range), 2: all 64 bits */
+  bool wide;  /* 64 random bits per element, else 32 */
+  int64_t* buf;
+} randint_t;
+
+TPU_ISA_CLONES static tpu_status_t randint_chunk(void* arg, int64_t b, int64_t e, int tid) {
+  (void)tid;
+  const randint_t* R = arg;
+  uint32_t w[4][8];
+  for (int64_t i0 = b; i0 < e; i0 += 8) {
+    philox8(R->seed, (uint64_t)i0, 0, w);
+    for (int j = 0; j < 8 && i0 + j < e; ++j) {
+      uint64_t x = R->wide ? u64_of(w[0][j], w[1][j]) : w[0][j];
+      /* narrow: a 32-bit remainder (range < 2^32), the same value at about half the cost */
+      if (R->mode != 2) x = (R->wide ? x % R->range : (uint32_t)x % (uint32_t)R->range) + R->base;
+      R->buf[i0 + j] = (int64_t)x;
+    }
+  }
+  return NULL;
+}
+
 static tpu_status_t k_randint(tpu_node_t* n) {
   tpu_operand_t* o = &n->out[0];
   int64_t numel = tpu__operand_numel(o);
   if (numel == 0) return NULL;
   int64_t* buf = dense_alloc(numel, sizeof(int64_t));
   if (!buf) return TPU_HOST_NOMEM();
-  uint64_t seed = (uint64_t)n->ia[0];
   int mode = (int)n->ia[1];
   uint64_t range = mode == 0 ? default_modulus(o->dtype) : (uint64_t)n->ia[2];
-  uint64_t base = mode == 0 ? 0 : (uint64_t)n->ia[3];
   /* Narrow ranges use 32 bits, as CPU does; modulo bias is below 2^-32 (2^-64) there. */
   bool wide = range > 0xffffffffull || o->dtype == TPU_DTYPE_I64 || o->dtype == TPU_DTYPE_F64;
-  for (int64_t i = 0; i < numel; ++i) {
-    rnd4_t r = philox(seed, (uint64_t)i, 0);
-    uint64_t x = wide ? u64_of(r.w[0], r.w[1]) : r.w[0];
-    buf[i] = mode == 2 ? (int64_t)x : (int64_t)(x % range + base);
-  }
-  tpu__unpack(o, buf, TPU_DTYPE_I64);
+  randint_t R = {(uint64_t)n->ia[0], range, mode == 0 ? 0 : (uint64_t)n->ia[3], mode, wide, buf};
+  tpu_status_t st = tpu__parallel_for(numel, FILL_GRAIN, randint_chunk, &R);
+  if (!st) tpu__unpack(o, buf, TPU_DTYPE_I64);
   tpu__free(buf);
-  return NULL;
+  return st;
 }
 
 /* ---- continuous distributions by inversion -------------------------------------------- */
