@@ -102,7 +102,8 @@ def main():
         emit({"scaling": out})
         return
     bw_ops = ["copy (clone)", "add", "mul", "gelu", "sum (all)", "sum (rows of 4096)", "softmax (rows of 4096)",
-              "layer_norm (rows of 1024)", "rand", "randn", "randint (int64 output)", "dropout (p=0.1, training)"]
+              "layer_norm (rows of 1024)", "rand", "randn", "randint (int64 output)",
+              "dropout (p=0.1, training)"]
     if a.bw:
         bw_rows(devices, bw_ops)  # printed as it goes; nothing emitted for the suite
         return
