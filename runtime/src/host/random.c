@@ -97,6 +97,8 @@ static uint64_t below_53(double p) {
   if (!(p > 0)) return 0;
   return p >= 1 ? (uint64_t)1 << 53 : (uint64_t)ceil(p * 0x1.0p53);
 }
+/* A Bernoulli draw from a block's words 0 and 1: unit_co(u64_of(w0, w1)) < p */
+static inline bool fires(uint32_t w0, uint32_t w1, uint64_t below) { return u64_of(w0, w1) >> 11 < below; }
 
 /* Box-Muller: one standard normal per element from its own block's words. */
 static inline double normal_of(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
@@ -148,6 +150,7 @@ struct fill_s {
   void (*gen)(const fill_t* F, int64_t i0, int64_t len, double* out);
   uint64_t seed;
   double p[6];            /* the kernel's parameters */
+  uint64_t below;         /* bernoulli: below_53(p[0]) */
   const double *pa, *pb;  /* per-element parameters (broadcast tensors), or NULL */
   tpu_dtype_t t;          /* output dtype */
   char* dst;              /* dense output in t */
@@ -184,18 +187,25 @@ static tpu_status_t fill(tpu_node_t* n, fill_t* F) {
   return st;
 }
 
-/* A gen function: EXPR of F, i (the element) and w0..w3 (its block's words). The blocks
- * come eight at a time into arrays first, then one loop over the elements evaluates EXPR
- * (a loop the compiler can vectorize where EXPR allows). */
+/* The words of the blocks of elements [i0, i0 + len), len <= FILL_PIECE: ws[k][t] is word k
+ * of element i0 + t's block, eight blocks at a time. */
+TPU_VINLINE void block_words(uint64_t seed, int64_t i0, int64_t len, uint32_t ws[4][FILL_PIECE + 8]) {
+  uint32_t w[4][8];
+  for (int64_t b = 0; b < len; b += 8) {
+    philox8(seed, (uint64_t)(i0 + b), 0, w);
+    for (int k = 0; k < 4; ++k)
+      for (int j = 0; j < 8; ++j) ws[k][b + j] = w[k][j];
+  }
+}
+
+/* A gen function: EXPR of F, i (the element) and w0..w3 (its block's words). The blocks'
+ * words come into arrays first (block_words), then one loop over the elements evaluates
+ * EXPR (a loop the compiler can vectorize where EXPR allows). */
 #define GEN_FN(NAME, EXPR)                                                                  \
   TPU_ISA_CLONES static void NAME(const fill_t* Fp, int64_t i0, int64_t len, double* restrict out) { \
     const fill_t Fl = *Fp, *F = &Fl; /* a local copy: out cannot alias the parameters */  \
-    uint32_t w[4][8], ws[4][FILL_PIECE + 8];                                               \
-    for (int64_t b = 0; b < len; b += 8) {                                                 \
-      philox8(F->seed, (uint64_t)(i0 + b), 0, w);                                          \
-      for (int k = 0; k < 4; ++k)                                                          \
-        for (int j = 0; j < 8; ++j) ws[k][b + j] = w[k][j];                                \
-    }                                                                                      \
+    uint32_t ws[4][FILL_PIECE + 8];                                                        \
+    block_words(F->seed, i0, len, ws);                                                     \
     for (int64_t t = 0; t < len; ++t) {                                                    \
       int64_t i = i0 + t;                                                                  \
       uint32_t w0 = ws[0][t], w1 = ws[1][t], w2 = ws[2][t], w3 = ws[3][t];                 \
@@ -380,8 +390,9 @@ done:
 
 /* ---- bernoulli ------------------------------------------------------------------------- */
 
-/* u < p with 53-bit u: p = 0 never fires, p = 1 always does (p: p, unless pa) */
-GEN_FN(gen_bernoulli, unit_co(u64_of(w0, w1)) < (F->pa ? F->pa[i] : F->p[0]) ? 1.0 : 0.0)
+/* u < p with 53-bit u (fires): p = 0 never fires, p = 1 always does (below: below_53(p),
+ * unless pa gives p per element) */
+GEN_FN(gen_bernoulli, fires(w0, w1, F->pa ? below_53(F->pa[i]) : F->below) ? 1.0 : 0.0)
 
 static tpu_status_t k_bernoulli(tpu_node_t* n) {
   tpu_operand_t* o = &n->out[0];
@@ -391,6 +402,7 @@ static tpu_status_t k_bernoulli(tpu_node_t* n) {
   double* p;
   if (!fill_param(&n->in[0], o, &F.p[0], &p)) return TPU_HOST_NOMEM();
   F.pa = p;
+  F.below = below_53(F.p[0]);
   tpu_status_t st = NULL;
   if (n->ia[1])
     for (int64_t i = 0; i < (p ? numel : 1) && !st; ++i) {
@@ -431,14 +443,15 @@ typedef struct randint_s {
 TPU_ISA_CLONES static tpu_status_t randint_chunk(void* arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const randint_t* R = arg;
-  uint32_t w[4][8];
-  for (int64_t i0 = b; i0 < e; i0 += 8) {
-    philox8(R->seed, (uint64_t)i0, 0, w);
-    for (int j = 0; j < 8 && i0 + j < e; ++j) {
-      uint64_t x = R->wide ? u64_of(w[0][j], w[1][j]) : w[0][j];
+  uint32_t ws[4][FILL_PIECE + 8];
+  for (int64_t i0 = b; i0 < e; i0 += FILL_PIECE) {
+    int64_t len = e - i0 < FILL_PIECE ? e - i0 : FILL_PIECE;
+    block_words(R->seed, i0, len, ws);
+    for (int64_t t = 0; t < len; ++t) {
+      uint64_t x = R->wide ? u64_of(ws[0][t], ws[1][t]) : ws[0][t];
       /* narrow: a 32-bit remainder (range < 2^32), the same value at about half the cost */
       if (R->mode != 2) x = (R->wide ? x % R->range : (uint32_t)x % (uint32_t)R->range) + R->base;
-      R->buf[i0 + j] = (int64_t)x;
+      R->buf[i0 + t] = (int64_t)x;
     }
   }
   return NULL;
@@ -624,10 +637,11 @@ typedef struct drop_s {
 TPU_ISA_CLONES static tpu_status_t dropout_chunk(void* arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const drop_t* D = arg;
-  uint32_t w[4][8];
-  for (int64_t i0 = b; i0 < e; i0 += 8) {
-    philox8(D->seed, (uint64_t)i0, 0, w);
-    for (int j = 0; j < 8 && i0 + j < e; ++j) D->mask[i0 + j] = u64_of(w[0][j], w[1][j]) >> 11 < D->below;
+  uint32_t ws[4][FILL_PIECE + 8];
+  for (int64_t i0 = b; i0 < e; i0 += FILL_PIECE) {
+    int64_t len = e - i0 < FILL_PIECE ? e - i0 : FILL_PIECE;
+    block_words(D->seed, i0, len, ws);
+    for (int64_t t = 0; t < len; ++t) D->mask[i0 + t] = fires(ws[0][t], ws[1][t], D->below);
   }
   /* input * mask * scale, as CPU computes it: 0 * inf stays NaN */
   if (D->f64) {
