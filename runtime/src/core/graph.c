@@ -547,6 +547,25 @@ static bool ends_group(tpu_driver_t* drv, tpu_node_t** nodes, const int* members
  * that a tile must hold in L1, so the driver's tiles shrink (host/fuse.c). */
 #define LOOKAHEAD 2048
 
+/* Reorders a merged group's members component by component, each in program order: the
+ * chains of different components share no value, so this computes the same, and the
+ * driver's tile loop then runs each chain's ops one after another on a tile while its
+ * operands are in cache, instead of one op over every chain's tile (op-major, as an
+ * optimizer's foreach ops issue them). A row reduction ending the group stays last. */
+static void chain_major(int* members, int m, const int* comp, int i, const uint8_t* fusable) {
+  int n = m > 0 && !fusable[members[m - 1]] ? m - 1 : m;
+  int sorted[MAX_GROUP];
+  uint8_t done[MAX_GROUP] = {0};
+  int k = 0;
+  for (int q = 0; q < n; ++q) {
+    if (done[q]) continue;
+    int root = comp[members[q] - i];
+    for (int r = q; r < n; ++r)
+      if (!done[r] && comp[members[r] - i] == root) { sorted[k++] = members[r]; done[r] = 1; }
+  }
+  memcpy(members, sorted, sizeof(int) * (size_t)n);
+}
+
 static tpu_status_t partition(tpu_graph_t* g) {
   tpu_driver_t* drv = tpu__driver();
   bool fusion = drv->vt->can_fuse && drv->vt->run_group;
@@ -602,6 +621,7 @@ static tpu_status_t partition(tpu_graph_t* g) {
         }
         sets_ok = note_skipped(c, &sr, &sw);
       }
+      if (merge) chain_major(members, m, comp, i, fusable);
     }
     g->glen[pos] = m;
     for (int k = 0; k < m; ++k) {
@@ -628,7 +648,8 @@ static tpu_status_t partition(tpu_graph_t* g) {
         if (rn->out[0].value == o->value && !tpu__operand_same_view(&rn->out[0], o)) internal = false;
       }
       /* A value read by a group member *before* its producer in the member order would
-       * read memory, so it must be stored: members are in program order, so this holds. */
+       * read memory, so it must be stored: each component's members are in program order
+       * (chain_major), and components share no value, so this holds. */
       g->internal[idx] = internal;
     }
     pos += m;
