@@ -234,6 +234,35 @@ def test_defer_groups_whole_chains_issued_op_major():
     assert c["internal_values"] == 3 * 12  # abs, sqrt, add_ results never reach memory
 
 
+def test_defer_runs_linked_chains_in_program_order():
+    """A merged group runs its components one after another (chain-major): chains that
+    one op links (here chain i reads chain n-1-i's tensor), or that share one storage,
+    are one component and keep program order, so the result is exactly strict's."""
+    torch.manual_seed(0)
+    n = 10
+    ps = [torch.randn(16, 16) for _ in range(n)]
+    qs = [torch.randn(16, 16) for _ in range(n)]
+    flat = torch.randn(n * 64)
+
+    def step(ps, qs, flat):
+        torch._foreach_mul_(ps, 0.5)
+        torch._foreach_add_(qs, ps)
+        torch._foreach_mul_(ps, qs[::-1])  # links chain i with chain n-1-i
+        torch._foreach_addcmul_(qs, ps, ps, value=0.25)
+        views = list(flat.split(64))      # chains over one storage
+        torch._foreach_mul_(views, 1.5)
+        torch._foreach_add_(views, views[::-1])
+
+    def run(mode):
+        with torchtpu.set_eager_mode(mode):
+            p, q = [x.to("tpu") for x in ps], [x.to("tpu") for x in qs]
+            f = flat.to("tpu")
+            step(p, q, f)
+            return [x.cpu() for x in p + q + [f]]
+    for a, b in zip(run("strict"), run("defer_and_fuse")):
+        assert torch.equal(a, b)
+
+
 def test_defer_loop_detection_and_plan_cache():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 1)).to("tpu")
