@@ -163,18 +163,25 @@ TPU_ISA_CLONES static void ln_row_f64(const ln_t* L, const double* x, double* y,
  * float sums over blocks of 128 elements in 16 lanes, the blocks added in double (a
  * row's sum keeps the accuracy of a 128-element float sum), the row normalized in float.
  * The order of every operation is fixed by the code, so the result does not depend on
- * the instruction set; the fused-group path (ln_row_end) uses this same function. */
+ * the instruction set; the fused-group path (ln_row_end) uses this same function. The
+ * variance pass prefetches the next row (`next`, one line per 16 elements): the mean pass
+ * otherwise waited on memory for every row (half of the row's time in a profile). 16M
+ * f32 in rows of 1024 on 2 AVX2 cores: 0.59-0.64 -> 0.48-0.52 ns per element. */
 static inline double total16(v16f a) { return v8_total(v16_widen_sum(a)); }
 #define LN_BLOCK 128
 
 /* The sum of x[j], or with square of (x[j] - shift)^2, over [0, k). */
-TPU_VINLINE double ln_sum_f32(const float* x, int64_t k, float shift, bool square) {
+TPU_VINLINE double ln_sum_f32(const float* x, int64_t k, float shift, bool square, const float* next) {
   double s = 0;
   for (int64_t b = 0; b < k; b += LN_BLOCK) {
     int64_t e = b + LN_BLOCK < k ? b + LN_BLOCK : k, j = b;
     v16f acc = V16F_ZERO;
     if (square)
-      for (; j + 16 <= e; j += 16) { v16f d = v16_subs(ld16_f32(x + j), shift); acc = v16_add(acc, v16_mul(d, d)); }
+      for (; j + 16 <= e; j += 16) {
+        v16f d = v16_subs(ld16_f32(x + j), shift);
+        acc = v16_add(acc, v16_mul(d, d));
+        if (next) __builtin_prefetch(next + j);
+      }
     else
       for (; j + 16 <= e; j += 16) acc = v16_add(acc, ld16_f32(x + j));
     double t = total16(acc);
@@ -184,10 +191,11 @@ TPU_VINLINE double ln_sum_f32(const float* x, int64_t k, float shift, bool squar
   return s;
 }
 
-TPU_ISA_CLONES static void ln_row_f32(const ln_t* L, const float* x, float* y, double* mu, double* rs) {
+TPU_ISA_CLONES static void ln_row_f32(const ln_t* L, const float* x, float* y, double* mu, double* rs,
+                                      const float* next) {
   int64_t k = L->k;
-  float mean = (float)(ln_sum_f32(x, k, 0.0f, false) / (double)k);
-  double var = ln_sum_f32(x, k, mean, true) / (double)k;
+  float mean = (float)(ln_sum_f32(x, k, 0.0f, false, NULL) / (double)k);
+  double var = ln_sum_f32(x, k, mean, true, next) / (double)k;
   float rstd = (float)(1.0 / sqrt((var > 0 ? var : 0) + L->eps));
   *mu = mean;
   *rs = rstd;
@@ -213,7 +221,7 @@ static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
     if (f32) {
       const float* x = (const float*)tpu__operand_ptr(L->rx.op) + r * k;
       float* y = (float*)tpu__operand_ptr(L->ry.op) + r * k;
-      ln_row_f32(L, x, L->stream ? (float*)yrow : y, &L->mu[r], &L->rs[r]);
+      ln_row_f32(L, x, L->stream ? (float*)yrow : y, &L->mu[r], &L->rs[r], r + 1 < re ? x + k : NULL);
       if (L->stream) tpu__stream_copy(y, yrow, (size_t)k * sizeof(float));
       continue;
     }
@@ -244,7 +252,7 @@ static void ln_row_end(const tpu_row_end_t* e, const float* x, int64_t r, double
   (void)scratch;
   const tpu_node_t* n = e->node;
   double mu, rs;
-  ln_row_f32(e->state, x, (float*)tpu__operand_ptr(&n->out[0]) + r * e->k, &mu, &rs);
+  ln_row_f32(e->state, x, (float*)tpu__operand_ptr(&n->out[0]) + r * e->k, &mu, &rs, NULL);
   if (!tpu__output_absent(&n->out[1])) ((float*)tpu__operand_ptr(&n->out[1]))[r] = (float)mu;
   if (!tpu__output_absent(&n->out[2])) ((float*)tpu__operand_ptr(&n->out[2]))[r] = (float)rs;
 }
