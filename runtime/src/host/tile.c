@@ -226,6 +226,7 @@ typedef struct tile_run_s {
   int64_t rows, inner;
   int64_t per_unit; /* batched: rows per tile; else tiles per row */
   bool batched;
+  bool direct; /* every tile in place: dense operands in the compute dtype, no scalars */
   atomic_bool fault;
 } tile_run_t;
 
@@ -257,10 +258,12 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
   tpu_dtype_t c = R->c;
   int n_in = R->n_in, nd = it->ndim;
   size_t csz = tpu_dtype_size(c);
-  char* scratch = tpu__malloc((size_t)(n_in + 1) * TILE * csz);
-  if (!scratch) return TPU_HOST_NOMEM();
-  for (int j = 0; j < n_in; ++j)
-    if (R->ins[j]->is_scalar) fill_const(scratch + (size_t)(j + 1) * TILE * csz, c, R->ins[j], TILE);
+  char* scratch = NULL; /* conversion and constant tiles; a direct run needs none */
+  if (!R->direct) {
+    if (!(scratch = tpu__malloc((size_t)(n_in + 1) * TILE * csz))) return TPU_HOST_NOMEM();
+    for (int j = 0; j < n_in; ++j)
+      if (R->ins[j]->is_scalar) fill_const(scratch + (size_t)(j + 1) * TILE * csz, c, R->ins[j], TILE);
+  }
   const void* inp[8] = {0}; /* absent inputs stay NULL for the tile functions */
   const char* ibase[8];
   size_t isz[8];
@@ -355,7 +358,12 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
   R.rows = 1;
   for (int d = 0; d < nd - 1; ++d) R.rows *= R.it.sizes[d];
   int64_t units;
+  R.direct = out->dtype == c && R.it.strides[0][nd - 1] == 1;
+  for (int j = 0; j < n_in; ++j)
+    if (ins[j]->is_scalar || (ins[j]->value && (ins[j]->dtype != c || R.it.strides[j + 1][nd - 1] != 1)))
+      R.direct = false;
   if (R.inner < SMALL_ROW && R.rows > 1) {
+    R.direct = false;
     R.batched = true;
     R.per_unit = TILE / R.inner;
     units = (R.rows + R.per_unit - 1) / R.per_unit;
