@@ -2,7 +2,9 @@
 streaming (non-temporal) stores (host/tile.c tpu__stream_copy). TORCHTPU_STREAM_MIN_BYTES=1
 sends every such output down that path; =0 turns it off. The two runs must agree bit for
 bit and match CPU, including unaligned starts and tails that are not a multiple of the
-store width; elementwise and softmax outputs, which keep ordinary stores, are checked too."""
+store width. Memory-bound elementwise kernels (add, mul, neg, where, ... : TILE_FS in
+host/elementwise.c) stream their float32 outputs through the tile engine; exp, gelu and
+softmax keep ordinary stores and are checked too."""
 import os
 import subprocess
 import sys
@@ -35,8 +37,13 @@ for dev in ("cpu", "tpu"):
     r["log_softmax"] = torch.log_softmax(rd[:, 1:], 1)
     r["layer_norm"] = F.layer_norm(rd, (1029,), w.to(dev), b.to(dev))
     r["layer_norm_plain"] = F.layer_norm(rd[:, :1000].contiguous(), (1000,))
+    r["neg_strided_in"] = torch.neg(xd[::2])  # dense output, strided input
+    r["where"] = torch.where(xd > 0, xd, yd)
+    r["relu_int_scalar"] = torch.relu(xd[2:]) + 2   # output starts 8 bytes into its block
+    odd = torch.empty(70001 + 1, device=dev)[1:]     # output 4 bytes past alignment
+    r["mul_out_unaligned"] = torch.mul(xd, yd, out=odd)
     inplace = xd.clone()
-    inplace.add_(yd)                           # in place: never streamed
+    inplace.add_(yd)                           # in place: the output is also an input
     r["add_"] = inplace
     out[dev] = {k: v.cpu() for k, v in r.items()}
 torch.save(out, sys.argv[1])

@@ -82,12 +82,15 @@ int64_t tpu__cache_bytes(int level);
  * streaming off) a copy's destination is written with ordinary stores, since the next op
  * may still find it cached; from it on, stores bypass the cache (non-temporal), which
  * saves the read of every destination line that an ordinary store makes first. Used by
- * same-dtype dense copies (clone, copy_) and float layer-norm rows into new outputs.
+ * same-dtype dense copies (clone, copy_), float layer-norm rows into new outputs, and
+ * the float32 outputs of memory-bound elementwise kernels (tpu__tile_stream below).
  * Measured on 2 AVX2 cores, 16M f32, streaming off vs on, medians of 8 alternated runs:
- * clone 17.75 -> 24.95 GB/s; layer norm 12.9 -> 14.4 (4 runs). The elementwise tiles do
- * not use it: computing a tile into its buffer and streaming that out gained nothing for
- * add, mul, neg (19.25 -> 20.65, 19.5 -> 19.6, 18.9 -> 18.6) and lost 7-12% for gelu,
- * sigmoid and tanh, as did softmax rows (bound by their exponentials).
+ * clone 17.75 -> 24.95 GB/s; layer norm 12.9 -> 14.4 (4 runs). Elementwise kernels store
+ * from registers (tpu__stream8_f32), 32 results at a time: neg, add, x * s and relu
+ * 1.1-1.4x faster (host/elementwise.c). Computing a whole tile into its buffer and
+ * streaming that out had gained nothing for add, mul, neg (19.25 -> 20.65, 19.5 -> 19.6,
+ * 18.9 -> 18.6 GB/s); gelu, sigmoid and tanh lose either way, as did softmax rows (bound
+ * by their exponentials), so they keep ordinary stores.
  * tpu__stream_copy(dst, src, n) copies n bytes so; a thread that used it calls
  * tpu__stream_fence() before another thread reads them. */
 int64_t tpu__stream_min_bytes(void);
@@ -192,6 +195,11 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
  * raised on pool threads are carried back to the caller. */
 void tpu__tile_fault(void);
 bool tpu__tile_take_fault(void);
+
+/* Set by the tile engine while a tile function writes a tile of a float output past the
+ * last-level cache (tpu__stream_min_bytes) in place: tile functions of memory-bound
+ * kernels then store it with non-temporal stores (host/elementwise.c, TILE_FS). */
+extern _Thread_local bool tpu__tile_stream;
 
 #define TPU_HOST_NOMEM() tpu_status_make(TPU_OUT_OF_MEMORY, "host out of memory in kernel scratch")
 

@@ -202,6 +202,7 @@ static void fill_const(void* buf, tpu_dtype_t c, const tpu_operand_t* s, int64_t
 /* ---- faults raised by tile functions ------------------------------------------------ */
 
 static _Thread_local bool tile_faulted;
+_Thread_local bool tpu__tile_stream;
 void tpu__tile_fault(void) { tile_faulted = true; }
 bool tpu__tile_take_fault(void) {
   bool f = tile_faulted;
@@ -227,6 +228,7 @@ typedef struct tile_run_s {
   int64_t per_unit; /* batched: rows per tile; else tiles per row */
   bool batched;
   bool direct; /* every tile in place: dense operands in the compute dtype, no scalars */
+  bool stream; /* a float32 output past the cache, written in place (tpu__tile_stream) */
   atomic_bool fault;
 } tile_run_t;
 
@@ -300,7 +302,9 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
       /* The output tile may be an input tile (in-place ops, donated buffers): tile
        * functions compute element i from elements i in one pass (host.h). */
       if (out->dtype == c && ost == 1) {
+        tpu__tile_stream = R->stream;
         R->fn(len, op_, inp, R->node);
+        tpu__tile_stream = false;
       } else {
         R->fn(len, scratch, inp, R->node);
         tpu__convert_run(op_, out->dtype, ost, scratch, c, 1, len);
@@ -338,6 +342,7 @@ static tpu_status_t tile_chunk(void* arg, int64_t b, int64_t e, int tid) {
       }
     }
   }
+  if (R->stream) tpu__stream_fence();
   if (tile_faulted) atomic_store(&R->fault, true);
   tile_faulted = faulted;
   tpu__free(scratch);
@@ -358,12 +363,13 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
   R.rows = 1;
   for (int d = 0; d < nd - 1; ++d) R.rows *= R.it.sizes[d];
   int64_t units;
-  R.direct = out->dtype == c && R.it.strides[0][nd - 1] == 1;
+  bool out_in_place = out->dtype == c && R.it.strides[0][nd - 1] == 1;
+  R.direct = out_in_place;
   for (int j = 0; j < n_in; ++j)
     if (ins[j]->is_scalar || (ins[j]->value && (ins[j]->dtype != c || R.it.strides[j + 1][nd - 1] != 1)))
       R.direct = false;
   if (R.inner < SMALL_ROW && R.rows > 1) {
-    R.direct = false;
+    out_in_place = R.direct = false; /* rows gathered into scratch */
     R.batched = true;
     R.per_unit = TILE / R.inner;
     units = (R.rows + R.per_unit - 1) / R.per_unit;
@@ -371,6 +377,7 @@ tpu_status_t tpu__tile_run_ops(const tpu_node_t* node, tpu_operand_t* out,
     R.per_unit = (R.inner + TILE - 1) / TILE;
     units = R.rows * R.per_unit;
   }
+  R.stream = out_in_place && c == TPU_DTYPE_F32 && numel * (int64_t)sizeof(float) >= tpu__stream_min_bytes();
   /* Elementwise work scales with elements times operands; a unit is ~TILE elements. */
   int64_t grain = TPU_PARALLEL_MIN_WORK / ((int64_t)TILE * (n_in + 1)) + 1;
   tpu_status_t st = numel * (n_in + 1) < TPU_PARALLEL_MIN_WORK ? tile_chunk(&R, 0, units, 0)

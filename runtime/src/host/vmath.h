@@ -30,6 +30,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
 
 /* Hot float loops are compiled for AVX-512, AVX2+FMA and the baseline; the loader picks
  * one per function from cpuid (GCC function multiversioning, an ifunc per function).
@@ -271,6 +274,22 @@ static inline void st8_f32(float* p, v8d v) {
 static inline void st8_f64(double* p, v8d v) {
   memcpy(p, &v.lo, sizeof v.lo);
   memcpy(p + 4, &v.hi, sizeof v.hi);
+}
+/* Eight floats to p (16-byte aligned) with non-temporal stores, which skip the read of
+ * the destination line that an ordinary store makes first (host.h, streaming stores).
+ * SSE's movntps is in every x86-64 clone, so this compiles in the baseline clone too; the
+ * AVX clones store the two halves of a register. Elsewhere, ordinary stores. A thread
+ * that used it calls tpu__stream_fence() before another thread reads the data. */
+TPU_VINLINE void tpu__stream8_f32(float* p, v8f v) {
+#if defined(__SSE2__)
+  __m128 lo, hi;
+  memcpy(&lo, &v, sizeof lo);
+  memcpy(&hi, (const char*)&v + sizeof lo, sizeof hi);
+  _mm_stream_ps(p, lo);
+  _mm_stream_ps(p + 4, hi);
+#else
+  memcpy(p, &v, sizeof v);
+#endif
 }
 static inline double v8_total(v8d a) {
   return ((a.lo[0] + a.lo[1]) + (a.lo[2] + a.lo[3])) + ((a.hi[0] + a.hi[1]) + (a.hi[2] + a.hi[3]));
