@@ -53,7 +53,8 @@ def main():
     res["peak_flags"] = " ".join(best[0])
     for key in ("copy_1", "copy_all", "triad_1", "triad_all"):
         res[key] = max(r[key] for _, r in runs)
-    for key in ("bf16_flops_1", "bf16_flops_all"):  # 0 where no build has AVX512-BF16
+    # 0 where no build has AVX512-BF16 (vdpbf16ps) or AMX-BF16 (tdpbf16ps, also granted by the kernel)
+    for key in ("bf16_flops_1", "bf16_flops_all", "amx_bf16_flops_1", "amx_bf16_flops_all"):
         res[key] = max(r.get(key, 0.0) for _, r in runs)
     res.update(model=lscpu_model(), ram_gib=ram_gib(), cores=os.cpu_count())
     emit({"machine": res})

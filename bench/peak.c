@@ -1,14 +1,17 @@
 /* Machine limits for docs/benchmarks.md: peak f32 FLOP/s from an FMA loop (1 thread and
  * all threads), peak bf16 FLOP/s from a vdpbf16ps loop where the build has AVX512-BF16
- * (0 otherwise), and memory bandwidth (STREAM-style copy and triad). Built and run by
+ * and from an AMX tdpbf16ps loop where it has AMX-BF16 and the kernel grants the tile
+ * state (0 otherwise), and memory bandwidth (STREAM-style copy and triad). Built and run by
  * bench/machine.py with the system cc: cc -O3 -march=native -pthread bench/peak.c.
  * Prints one JSON object. The FMA loop is timed in thread CPU time (see cpu_now). */
 #define _GNU_SOURCE
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,21 +95,70 @@ static void* bf16_thread(void* arg) {
 }
 #endif
 
-/* Best of 3 runs; all threads run at once and the slowest one sets the rate. bf16: the
- * vdpbf16ps loop instead of the FMA loop. */
-static double peak_flops(int threads, int bf16) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* AMX bf16 peak: tdpbf16ps multiplies a 16 x 32 bf16 tile by a 32 x 16 one (K in pairs)
+ * into a 16 x 16 f32 tile, 16 * 16 * 32 * 2 = 16,384 FLOP per instruction. Four C tiles
+ * from two A and two B tiles loaded once, so the loop touches no memory. Linux hands out
+ * the tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA). */
+static const long AMX_ITERS = 2000000L;
+
+typedef struct {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg_t;
+
+static int amx_granted(void) {
+  return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
+
+static void* amx_thread(void* arg) {
+  fma_res_t* r = arg;
+  tilecfg_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+  _tile_loadconfig(&cfg);
+  static const uint16_t src[16 * 32] = {0}; /* bf16 zeros: the rate does not depend on values */
+  _tile_loadd(4, src, 64);
+  _tile_loadd(5, src, 64);
+  _tile_loadd(6, src, 64);
+  _tile_loadd(7, src, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  double t0 = cpu_now();
+  for (long it = 0; it < AMX_ITERS; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  r->secs = cpu_now() - t0;
+  float out[16 * 16];
+  _tile_stored(0, out, 64);
+  r->sink = out[0];
+  _tile_release();
+  return NULL;
+}
+#endif
+
+/* Best of 3 runs; all threads run at once and the slowest one sets the rate. kind 0 the
+ * FMA loop, 1 the vdpbf16ps loop, 2 the AMX loop (only called where built). */
+static double peak_flops(int threads, int kind) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     pthread_t th[256];
     fma_res_t res[256];
-#if defined(__AVX512BF16__)
-    void* (*fn)(void*) = bf16 ? bf16_thread : fma_thread;
-    double flop_per_iter = bf16 ? ACC * 64.0 : ACC * VW * 2.0;
-    long iters = bf16 ? BF16_ITERS : ITERS;
-#else
     void* (*fn)(void*) = fma_thread;
     double flop_per_iter = ACC * VW * 2.0;
     long iters = ITERS;
+#if defined(__AVX512BF16__)
+    if (kind == 1) { fn = bf16_thread; flop_per_iter = ACC * 64.0; iters = BF16_ITERS; }
+#endif
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+    if (kind == 2) { fn = amx_thread; flop_per_iter = 4 * 16384.0; iters = AMX_ITERS; }
 #endif
     for (int t = 0; t < threads; ++t) pthread_create(&th[t], NULL, fn, &res[t]);
     for (int t = 0; t < threads; ++t) pthread_join(th[t], NULL);
@@ -158,13 +210,17 @@ int main(void) {
 #else
   double b1 = 0, bn = 0; /* no vdpbf16ps in this build: reported as absent */
 #endif
+  double x1 = 0, xn = 0; /* AMX: absent unless built and granted */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (amx_granted()) { x1 = peak_flops(1, 2); xn = peak_flops((int)cores, 2); }
+#endif
   long n = 32L << 20; /* 128 MiB per array: far beyond the caches */
   float *a = aligned_alloc(64, (size_t)n * 4), *b = aligned_alloc(64, (size_t)n * 4), *c = aligned_alloc(64, (size_t)n * 4);
   for (long i = 0; i < n; ++i) { a[i] = 1.0f; b[i] = 2.0f; c[i] = 0.5f; }
   double copy1 = bandwidth(1, 0, a, b, c, n), copyn = bandwidth((int)cores, 0, a, b, c, n);
   double triad1 = bandwidth(1, 1, a, b, c, n), triadn = bandwidth((int)cores, 1, a, b, c, n);
   printf("{\"cores\": %ld, \"vector_width\": %d, \"fma\": %s, \"flops_1\": %.6g, \"flops_all\": %.6g, "
-         "\"bf16_flops_1\": %.6g, \"bf16_flops_all\": %.6g, "
+         "\"bf16_flops_1\": %.6g, \"bf16_flops_all\": %.6g, \"amx_bf16_flops_1\": %.6g, \"amx_bf16_flops_all\": %.6g, "
          "\"copy_1\": %.6g, \"copy_all\": %.6g, \"triad_1\": %.6g, \"triad_all\": %.6g}\n",
          cores, VW,
 #if defined(__FMA__)
@@ -172,7 +228,7 @@ int main(void) {
 #else
          "false",
 #endif
-         f1, fn, b1, bn, copy1, copyn, triad1, triadn);
+         f1, fn, b1, bn, x1, xn, copy1, copyn, triad1, triadn);
   free(a); free(b); free(c);
   return 0;
 }

@@ -127,10 +127,14 @@ def write_report(path, cmd, r, started, elapsed, loads):
     L.append(f"| peak f32, 1 core (FMA loop, `cc -O3 {m['peak_flags']}`, {m['vector_width']}-wide) | "
              f"{g(m['flops_1'])} GFLOP/s |")
     L.append(f"| peak f32, all cores | {g(peak)} GFLOP/s |")
-    bf16_peak = m.get("bf16_flops_all", 0.0)
-    if bf16_peak:
+    if m.get("bf16_flops_all"):
         L.append(f"| peak bf16, 1 core / all (vdpbf16ps loop, `cc -O3 -march=native`) | "
-                 f"{g(m['bf16_flops_1'])} / {g(bf16_peak)} GFLOP/s |")
+                 f"{g(m['bf16_flops_1'])} / {g(m['bf16_flops_all'])} GFLOP/s |")
+    if m.get("amx_bf16_flops_all"):
+        L.append(f"| peak bf16, 1 core / all (AMX tdpbf16ps loop) | "
+                 f"{g(m['amx_bf16_flops_1'])} / {g(m['amx_bf16_flops_all'])} GFLOP/s |")
+    # the machine's bf16 peak: AMX's where the CPU has it, else vdpbf16ps's
+    bf16_peak = max(m.get("bf16_flops_all", 0.0), m.get("amx_bf16_flops_all", 0.0))
     L.append(f"| memory bandwidth copy, 1 core / all | {g(m['copy_1'])} / {g(m['copy_all'])} GB/s |")
     L.append(f"| memory bandwidth triad, 1 core / all | {g(m['triad_1'])} / {g(m['triad_all'])} GB/s |")
     L.append("")
@@ -149,8 +153,8 @@ def write_report(path, cmd, r, started, elapsed, loads):
                      f"{100 * row['tpu'] / lim:.0f}% | {g(row['cpu'])} | {100 * row['cpu'] / lim:.0f}% | "
                      f"{ratio(row['tpu'], row['cpu'])} |")
         if bf16_peak:
-            L.append("\n% of peak: f32 rows against the f32 peak, bf16 rows against the bf16 (vdpbf16ps) "
-                     "peak. bf16 on tpu runs libtpurt's AVX512-BF16 kernel "
+            L.append("\n% of peak: f32 rows against the f32 peak, bf16 rows against the bf16 peak (AMX's "
+                     "where the CPU has it, else vdpbf16ps's). bf16 on tpu runs libtpurt's AVX512-BF16 kernel "
                      "(`runtime/src/host/gemm_avx512bf16.c`); `bench/gemm_bf16.py` compares it with "
                      "PyTorch CPU at 1 and all threads.\n")
         else:
