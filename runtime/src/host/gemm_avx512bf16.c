@@ -550,6 +550,7 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
    * FMAs (half the vdpbf16ps rate) up to 2 */
   if (sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2)
     return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
+  if (tpu__gemm_amx_supported()) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR;
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;

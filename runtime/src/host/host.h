@@ -185,6 +185,13 @@ void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K
  * region); calls no BLAS. Call only when tpu__gemm_bf16_supported(), which is false on
  * CPUs without AVX512-BF16 and when TORCHTPU_BF16_GEMM=widen. */
 bool tpu__gemm_bf16_supported(void);
+/* The same product on AMX tiles (host/gemm_amx.c), which tpu__gemm_bf16 takes where
+ * tpu__gemm_amx_supported(): the CPU has AMX-BF16, the kernel granted this process the
+ * tile state, and TORCHTPU_BF16_GEMM is not avx512 (or widen). */
+bool tpu__gemm_amx_supported(void);
+tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
+                           int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
+                           int64_t ldc);
 tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                             float beta, float* c, int64_t ldc);

@@ -1,0 +1,217 @@
+/* bf16 x bf16 -> f32 GEMM on AMX tiles (tdpbf16ps), for tpu__gemm_bf16 on CPUs that have
+ * AMX-BF16 (Sapphire Rapids on); contract in host/host.h.
+ *
+ * A tile register holds up to 16 rows of 64 bytes. tdpbf16ps multiplies an A tile of 16
+ * rows x 32 bf16 (K) by a B tile of 16 K-pairs x 16 columns, each row holding the pairs
+ * (B[2p][j], B[2p+1][j]) of its 16 columns, and adds into a 16 x 16 f32 C tile. Both
+ * operands are packed up front, at any strides, into 1 KiB tiles zero-padded past M, N
+ * and K, and into an even number of row and column tiles, so every C block is 2 x 2
+ * tiles (32 x 32): four accumulators, two A and two B tiles per K step, the eight tile
+ * registers. Padding contributes zeros and is never stored. Blocks are shared out over
+ * the pool in an order that holds chunks of the larger operand in cache while the
+ * smaller one streams past them (block_at). Like vdpbf16ps, tdpbf16ps treats denormal inputs as zero; products are exact
+ * in f32 and only the summation order differs from the other paths.
+ *
+ * Linux gives a process the tile state only on request (arch_prctl
+ * ARCH_REQ_XCOMP_PERM for XTILEDATA); each thread loads a tile configuration before its
+ * blocks and releases the tiles after them. TORCHTPU_BF16_GEMM=avx512 keeps the
+ * AVX512-BF16 kernel (to compare the two). */
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "host/host.h"
+
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+
+#define TROWS 16               /* rows of a tile */
+#define TK 32                  /* bf16 K values in an A tile row (16 pairs) */
+#define TILE_ELEMS (TROWS * TK) /* bf16 elements in a 1 KiB tile */
+
+bool tpu__gemm_amx_supported(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    unsigned a, b, c, d;
+    const char* e = getenv("TORCHTPU_BF16_GEMM");
+    bool cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u) /* AMX-BF16 */ &&
+               (d >> 24 & 1u) /* AMX-TILE */;
+    v = cpu && !(e && (strcmp(e, "avx512") == 0 || strcmp(e, "widen") == 0)) &&
+        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+    atomic_store(&cached, v);
+  }
+  return v != 0;
+}
+
+typedef struct amx_gemm_s {
+  int64_t M, N, K, mt, nt, kt; /* tiles along M (even), N (even) and K */
+  const uint16_t *a, *b;
+  int64_t sam, sak, sbk, sbn;
+  uint16_t *pa, *pb; /* packed: tile (i, k) of A at pa + (i * kt + k) * TILE_ELEMS, B alike */
+  float alpha, beta;
+  float* c;
+  int64_t ldc;
+  bool hold_b;  /* blocks ordered to hold B's tile columns in cache (block_at) */
+  int64_t chunk; /* held tile-pairs per chunk */
+} amx_gemm_t;
+
+/* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..]. */
+static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
+  (void)tid;
+  const amx_gemm_t* g = ctx;
+  for (int64_t i = i0; i < i1; ++i) {
+    uint16_t* dst = g->pa + i * g->kt * TILE_ELEMS;
+    memset(dst, 0, (size_t)(g->kt * TILE_ELEMS) * sizeof(uint16_t));
+    for (int64_t r = 0; r < TROWS && i * TROWS + r < g->M; ++r) {
+      const uint16_t* src = g->a + (i * TROWS + r) * g->sam;
+      for (int64_t k = 0; k < g->K; ++k) dst[(k / TK) * TILE_ELEMS + r * TK + k % TK] = src[k * g->sak];
+    }
+  }
+  return NULL;
+}
+
+/* Column tile j of B: row p of tile (j, k) holds (B[32k + 2p][16j + q], B[32k + 2p + 1][16j + q])
+ * for q = 0..15. A full tile of row-major B interleaves two 32-byte row pieces into one
+ * 64-byte row: the first row's bf16 zero-extended to 32 bits, the second's shifted above. */
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
+AVX512_TARGET static tpu_status_t pack_b(void* ctx, int64_t j0, int64_t j1, int tid) {
+  (void)tid;
+  const amx_gemm_t* g = ctx;
+  for (int64_t j = j0; j < j1; ++j) {
+    uint16_t* dst = g->pb + j * g->kt * TILE_ELEMS;
+    int64_t c0 = j * TROWS, k = 0;
+    if (g->sbn == 1 && c0 + TROWS <= g->N)
+      for (; k + 1 < g->K; k += 2) {
+        const uint16_t* src = g->b + k * g->sbk + c0;
+        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)src));
+        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(src + g->sbk)));
+        _mm512_storeu_si512(dst + (k / TK) * TILE_ELEMS + (k % TK / 2) * TK,
+                            _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    /* the rest (other strides, a last partial tile, an odd last row) element by element,
+     * zeros first where K and N run out */
+    memset(dst + (k / TK) * TILE_ELEMS + (k % TK / 2) * TK, 0,
+           (size_t)(g->kt * TILE_ELEMS - ((k / TK) * TILE_ELEMS + (k % TK / 2) * TK)) * sizeof(uint16_t));
+    for (; k < g->K; ++k) {
+      uint16_t* row = dst + (k / TK) * TILE_ELEMS + (k % TK / 2) * TK + k % 2;
+      const uint16_t* src = g->b + k * g->sbk;
+      for (int64_t q = 0; q < TROWS && c0 + q < g->N; ++q) row[2 * q] = src[(c0 + q) * g->sbn];
+    }
+  }
+  return NULL;
+}
+
+typedef struct tilecfg_s {
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+} tilecfg_t;
+
+/* Block number blk -> (row pair bi, column pair bj). The larger operand's tile pairs are
+ * held: in chunks of `chunk` pairs (about 1 MiB of tiles, which stay in L2), each chunk
+ * meets every pair of the smaller operand in turn, and that pair meets the chunk's pairs
+ * one after another from L1. So the smaller operand streams once per chunk and the larger
+ * once in all (512 x 4096 x 1024: 4 MiB of A against 8 MiB of B, B held). Contiguous
+ * runs of blocks, as the pool hands them out, keep this order. */
+static void block_at(const amx_gemm_t* g, int64_t blk, int64_t* bi, int64_t* bj) {
+  int64_t nh = g->hold_b ? g->nt / 2 : g->mt / 2, ns = g->hold_b ? g->mt / 2 : g->nt / 2;
+  int64_t full = nh / g->chunk * g->chunk * ns; /* blocks in whole chunks */
+  int64_t h, sidx;
+  if (blk < full) {
+    int64_t c = blk / (g->chunk * ns), r = blk % (g->chunk * ns);
+    sidx = r / g->chunk;
+    h = c * g->chunk + r % g->chunk;
+  } else {
+    int64_t w = nh % g->chunk, r = blk - full;
+    sidx = r / w;
+    h = nh / g->chunk * g->chunk + r % w;
+  }
+  *bi = g->hold_b ? sidx : h;
+  *bj = g->hold_b ? h : sidx;
+}
+
+/* C blocks [b0, b1) of 32 x 32 (block_at). */
+AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int tid) {
+  (void)tid;
+  const amx_gemm_t* g = ctx;
+  tilecfg_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette = 1;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = TROWS;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  float out[2 * TROWS][2 * TROWS];
+  for (int64_t blk = b0; blk < b1; ++blk) {
+    int64_t bi, bj;
+    block_at(g, blk, &bi, &bj);
+    const uint16_t* a0 = g->pa + (2 * bi) * g->kt * TILE_ELEMS;
+    const uint16_t* a1 = a0 + g->kt * TILE_ELEMS;
+    const uint16_t* p0 = g->pb + (2 * bj) * g->kt * TILE_ELEMS;
+    const uint16_t* p1 = p0 + g->kt * TILE_ELEMS;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t k = 0; k < g->kt; ++k) {
+      _tile_loadd(4, a0 + k * TILE_ELEMS, 64);
+      _tile_loadd(5, a1 + k * TILE_ELEMS, 64);
+      _tile_loadd(6, p0 + k * TILE_ELEMS, 64);
+      _tile_loadd(7, p1 + k * TILE_ELEMS, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, &out[0][0], sizeof out[0]);
+    _tile_stored(1, &out[0][TROWS], sizeof out[0]);
+    _tile_stored(2, &out[TROWS][0], sizeof out[0]);
+    _tile_stored(3, &out[TROWS][TROWS], sizeof out[0]);
+    int64_t i0 = bi * 2 * TROWS, j0 = bj * 2 * TROWS;
+    int64_t rows = g->M - i0 < 2 * TROWS ? g->M - i0 : 2 * TROWS;
+    int64_t cols = g->N - j0 < 2 * TROWS ? g->N - j0 : 2 * TROWS;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* crow = g->c + (i0 + r) * g->ldc + j0;
+      if (g->beta == 0.0f) /* C is not read: NaN there must not reach the result */
+        for (int64_t q = 0; q < cols; ++q) crow[q] = g->alpha * out[r][q];
+      else
+        for (int64_t q = 0; q < cols; ++q) crow[q] = g->alpha * out[r][q] + g->beta * crow[q];
+    }
+  }
+  _tile_release();
+  return NULL;
+}
+
+tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
+                           int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
+                           int64_t ldc) {
+  amx_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
+                  .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
+  g.mt = (M + 2 * TROWS - 1) / (2 * TROWS) * 2;
+  g.nt = (N + 2 * TROWS - 1) / (2 * TROWS) * 2;
+  g.kt = (K + TK - 1) / TK;
+  uint64_t na, nb;
+  if (!tpu__mul_ok((uint64_t)g.mt * (uint64_t)g.kt, TILE_ELEMS * sizeof(uint16_t), &na) ||
+      !tpu__mul_ok((uint64_t)g.nt * (uint64_t)g.kt, TILE_ELEMS * sizeof(uint16_t), &nb) || na > SIZE_MAX / 2 ||
+      nb > SIZE_MAX / 2 - 64)
+    return TPU_HOST_NOMEM();
+  char* buf = tpu__malloc((size_t)(na + nb) + 64);
+  if (!buf) return TPU_HOST_NOMEM();
+  g.pa = (uint16_t*)(((uintptr_t)buf + 63) & ~(uintptr_t)63); /* tiles on cache lines */
+  g.pb = g.pa + na / sizeof(uint16_t);
+  /* below the BLAS threshold a region's wake-up costs more than it saves */
+  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
+  int64_t blocks = (g.mt / 2) * (g.nt / 2);
+  g.hold_b = nb >= na;
+  g.chunk = (1 << 20) / (2 * g.kt * TILE_ELEMS * (int64_t)sizeof(uint16_t));
+  if (g.chunk < 1) g.chunk = 1;
+  tpu_status_t st = serial ? pack_a(&g, 0, g.mt, 0) : tpu__parallel_for(g.mt, 1, pack_a, &g);
+  if (!st) st = serial ? pack_b(&g, 0, g.nt, 0) : tpu__parallel_for(g.nt, 1, pack_b, &g);
+  if (!st) st = serial ? run_blocks(&g, 0, blocks, 0) : tpu__parallel_for(blocks, 1, run_blocks, &g);
+  tpu__free(buf);
+  return st;
+}
