@@ -293,11 +293,11 @@ static void test_bf16_gemm(void) {
     for (int la = 0; la < 3; ++la)
       for (int lb = 0; lb < 3; ++lb)
         bf16_gemm_case(BG_MM, 1, shapes[s][0], shapes[s][1], shapes[s][2], la, lb, 1, 0, true);
-  /* On AMX (host/gemm_amx.c) a long K makes chunks of 2 tile pairs: 7 pairs of the
-   * larger operand's tiles are 3 whole chunks and a last one of 1, B held and A held. */
+  /* On AMX (host/gemm_amx.c) K = 2040 (64 K tiles) makes chunks of 4 tile pairs: the
+   * larger operand's 7 pairs are a whole chunk and a last one of 3, B held and A held. */
   for (int l = 0; l < 3; ++l) {
-    bf16_gemm_case(BG_MM, 1, 40, 8192, 200, l, (l + 1) % 3, 1, 0, true);
-    bf16_gemm_case(BG_MM, 1, 200, 8192, 40, (l + 2) % 3, l, 1, 0, true);
+    bf16_gemm_case(BG_MM, 1, 40, 2040, 200, l, (l + 1) % 3, 1, 0, true);
+    bf16_gemm_case(BG_MM, 1, 200, 2040, 40, (l + 2) % 3, l, 1, 0, true);
   }
   bf16_gemm_case(BG_ADDMM, 1, 67, 131, 93, 0, 1, 0.5, -2, true);
   bf16_gemm_case(BG_ADDMM, 1, 203, 515, 261, 1, 0, 2, 0.25, true);
