@@ -20,8 +20,9 @@ ENV_VARS = {
                             "(default: OMP_NUM_THREADS if set, else 1; their idle OpenMP "
                             "threads spin on the cores the runtime computes on)",
     "TORCHTPU_POOL_SPIN_US": "(C) microseconds an idle pool thread polls for work before it sleeps (default 50; 0: sleep at once)",
-    "TORCHTPU_BF16_GEMM": "(C) bf16 x bf16 GEMM: 'native' (default: the AVX512-BF16 kernel where "
-                          "the CPU has it) or 'widen' (convert to f32 and call sgemm)",
+    "TORCHTPU_BF16_GEMM": "(C) bf16 x bf16 GEMM: 'native' (default: AMX tiles where the CPU has "
+                          "them, else the AVX512-BF16 kernel where it has that), 'avx512' (the "
+                          "AVX512-BF16 kernel even with AMX) or 'widen' (convert to f32 and call sgemm)",
     "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 4096)",
     "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
                          "'allow' (run silently), 'error' (raise NotImplementedError)",
