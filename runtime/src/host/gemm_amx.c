@@ -9,8 +9,10 @@
  * tiles (32 x 32): four accumulators, two A and two B tiles per K step, the eight tile
  * registers. Padding contributes zeros and is never stored. Blocks are shared out over
  * the pool in an order that holds chunks of the larger operand in cache while the
- * smaller one streams past them (block_at). Like vdpbf16ps, tdpbf16ps treats denormal inputs as zero; products are exact
- * in f32 and only the summation order differs from the other paths.
+ * smaller one streams past them (block_at). Like vdpbf16ps, tdpbf16ps treats denormal
+ * inputs as zero; products are exact in f32 and only the summation order differs from
+ * the other paths. Every element of C is one block's sum over all of K, whichever
+ * thread runs it, so results do not depend on the thread count.
  *
  * Linux gives a process the tile state only on request (arch_prctl
  * ARCH_REQ_XCOMP_PERM for XTILEDATA); each thread loads a tile configuration before its
