@@ -1,9 +1,10 @@
 """bf16 GEMM, tpu (host driver) vs PyTorch CPU (oneDNN) in one process, at the GEMM
 bench's LLM shapes: GFLOP/s and % of the measured bf16 peak (bench/peak.c's AMX
 tdpbf16ps loop where the CPU has AMX, else its vdpbf16ps loop; 1 core x threads). Each
-shape alternates tpu and cpu five times and keeps each side's best, so a burst of load from other processes lands on both; the load average is
-printed with the table (above the core count, read the tpu / cpu ratio, not the %). Prints a Markdown
-table; run it once per thread count:
+shape alternates tpu and cpu five times and keeps each side's best, so a burst of load
+from other processes lands on both; the load average is printed with the table (above
+the core count, read the tpu / cpu ratio, not the %). Prints a Markdown table; run it
+once per thread count:
 
     TORCHTPU_NUM_THREADS=1 python bench/gemm_bf16.py
     TORCHTPU_NUM_THREADS=2 python bench/gemm_bf16.py

@@ -17,10 +17,9 @@
  * Linux gives a process the tile state only on request (arch_prctl
  * ARCH_REQ_XCOMP_PERM for XTILEDATA); each thread loads a tile configuration before its
  * blocks and releases the tiles after them. TORCHTPU_BF16_GEMM=avx512 keeps the
- * AVX512-BF16 kernel (to compare the two). */
+ * AVX512-BF16 kernel (to compare the two; host/linalg.c). */
 #include <cpuid.h>
 #include <immintrin.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -33,19 +32,12 @@
 #define TK 32                  /* bf16 K values in an A tile row (16 pairs) */
 #define TILE_ELEMS (TROWS * TK) /* bf16 elements in a 1 KiB tile */
 
-bool tpu__gemm_amx_supported(void) {
-  static atomic_int cached = -1;
-  int v = atomic_load(&cached);
-  if (v < 0) {
-    unsigned a, b, c, d;
-    const char* e = getenv("TORCHTPU_BF16_GEMM");
-    bool cpu = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u) /* AMX-BF16 */ &&
-               (d >> 24 & 1u) /* AMX-TILE */;
-    v = cpu && !(e && (strcmp(e, "avx512") == 0 || strcmp(e, "widen") == 0)) &&
-        syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-    atomic_store(&cached, v);
-  }
-  return v != 0;
+/* cpuid's AMX-BF16 and AMX-TILE bits, and Linux's grant of the tile state to this
+ * process (asked once, by host/linalg.c's bf16_gemm_kind). */
+bool tpu__amx_bf16_available(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1u) && (d >> 24 & 1u) &&
+         syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
 }
 
 typedef struct amx_gemm_s {
@@ -75,33 +67,21 @@ static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
   return NULL;
 }
 
-/* Column tile j of B: row p of tile (j, k) holds (B[32k + 2p][16j + q], B[32k + 2p + 1][16j + q])
- * for q = 0..15. A full tile of row-major B interleaves two 32-byte row pieces into one
- * 64-byte row: the first row's bf16 zero-extended to 32 bits, the second's shifted above. */
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw")))
-AVX512_TARGET static tpu_status_t pack_b(void* ctx, int64_t j0, int64_t j1, int tid) {
+/* Column tile j of B: row p of tile (j, k) holds the words (B[32k + 2p][16j + q],
+ * B[32k + 2p + 1][16j + q]), q = 0..15: the AVX512-BF16 kernel's packed panel with 16
+ * lanes, pair after pair, then zeros up to whole tiles. */
+static tpu_status_t pack_b(void* ctx, int64_t j0, int64_t j1, int tid) {
   (void)tid;
   const amx_gemm_t* g = ctx;
+  int64_t kp = (g->K + 1) / 2, words = g->kt * TILE_ELEMS / 2;
   for (int64_t j = j0; j < j1; ++j) {
-    uint16_t* dst = g->pb + j * g->kt * TILE_ELEMS;
-    int64_t c0 = j * TROWS, k = 0;
-    if (g->sbn == 1 && c0 + TROWS <= g->N)
-      for (; k + 1 < g->K; k += 2) {
-        const uint16_t* src = g->b + k * g->sbk + c0;
-        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)src));
-        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)(src + g->sbk)));
-        _mm512_storeu_si512(dst + (k / TK) * TILE_ELEMS + (k % TK / 2) * TK,
-                            _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-      }
-    /* the rest (other strides, a last partial tile, an odd last row) element by element,
-     * zeros first where K and N run out */
-    memset(dst + (k / TK) * TILE_ELEMS + (k % TK / 2) * TK, 0,
-           (size_t)(g->kt * TILE_ELEMS - ((k / TK) * TILE_ELEMS + (k % TK / 2) * TK)) * sizeof(uint16_t));
-    for (; k < g->K; ++k) {
-      uint16_t* row = dst + (k / TK) * TILE_ELEMS + (k % TK / 2) * TK + k % 2;
-      const uint16_t* src = g->b + k * g->sbk;
-      for (int64_t q = 0; q < TROWS && c0 + q < g->N; ++q) row[2 * q] = src[(c0 + q) * g->sbn];
+    uint32_t* dst = (uint32_t*)(g->pb + j * g->kt * TILE_ELEMS);
+    int64_t c0 = j * TROWS, n = g->N - c0 < TROWS ? g->N - c0 : TROWS, done = 0;
+    if (n > 0) {
+      tpu__bf16_pack_pairs(dst, TROWS, g->b + c0 * g->sbn, g->sbn, g->sbk, (int)n, g->K);
+      done = kp * TROWS;
     }
+    memset(dst + done, 0, (size_t)(words - done) * sizeof(uint32_t));
   }
   return NULL;
 }

@@ -82,10 +82,9 @@ BF16_TARGET static inline void transpose16(__m512i r[16]) {
   }
 }
 
-/* One packed panel of `lanes` words per pair from `n` (<= lanes) lines of an operand:
- * word (p, l) = (X[l][2p], X[l][2p+1]) where X[l][k] = base[l * sl + k * sk]. */
-BF16_TARGET static void pack_panel(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl,
-                                   int64_t sk, int n, int64_t K) {
+/* tpu__bf16_pack_pairs (host.h): one packed panel of `lanes` words per pair. */
+BF16_TARGET void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl,
+                                      int64_t sk, int n, int64_t K) {
   int64_t kp = (K + 1) / 2, full = K / 2;
   /* every path below writes all lanes of every pair when n == lanes */
   if (n < lanes) memset(dst, 0, (size_t)(kp * lanes) * sizeof(uint32_t));
@@ -199,7 +198,7 @@ BF16_TARGET static void pack_a_panel(void* ctx, int64_t i, int tid) {
   bf16_gemm_t* g = ctx;
   int64_t r0 = i * MR;
   int n = (int)(g->M - r0 < MR ? g->M - r0 : MR);
-  pack_panel(g->pa + i * g->kp * MR, MR, g->a + r0 * g->sam, g->sam, g->sak, n, g->K);
+  tpu__bf16_pack_pairs(g->pa + i * g->kp * MR, MR, g->a + r0 * g->sam, g->sam, g->sak, n, g->K);
 }
 
 /* Row-major A (pairs adjacent in memory) in groups of 48 rows, 8 whole panels: blocks of
@@ -247,7 +246,7 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
  * (as pack_b_rows does) and stored into the panels their rows fall in with masked
  * stores; rows past M read as zero. An item reads its columns whole, one after another
  * (items of 48 rows over all K, each load on another page when M is large, were ~2%
- * slower). (It replaced pack_panel's element-by-element loop here: +3-5% at the LLM
+ * slower). (It replaced tpu__bf16_pack_pairs's element-by-element loop here: +3-5% at the LLM
  * shapes with A transposed.) */
 #define A_COLS_PAIRS 64
 BF16_TARGET static void pack_a_cols(void* ctx, int64_t item, int tid) {
@@ -367,7 +366,7 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
       pack_b_rows(pbt, np, g->b + n0 + 2 * p0 * g->sbk, g->sbk, (int)(n1 - n0), kb);
     else
       for (int64_t j = n0; j < n1; j += NR)
-        pack_panel(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
+        tpu__bf16_pack_pairs(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
                    (int)(n1 - j < NR ? n1 - j : NR), kb);
     for (int64_t j = n0; j < n1; j += NR) {
       const uint32_t* pb = pbt + (j - n0) / NR * np * NR;
@@ -550,7 +549,7 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
    * FMAs (half the vdpbf16ps rate) up to 2 */
   if (sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2)
     return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
-  if (tpu__gemm_amx_supported()) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
+  if (tpu__gemm_bf16_amx()) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR;
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;

@@ -185,16 +185,25 @@ void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K
  * region); calls no BLAS. Call only when tpu__gemm_bf16_supported(), which is false on
  * CPUs without AVX512-BF16 and when TORCHTPU_BF16_GEMM=widen. */
 bool tpu__gemm_bf16_supported(void);
-/* The same product on AMX tiles (host/gemm_amx.c), which tpu__gemm_bf16 takes where
- * tpu__gemm_amx_supported(): the CPU has AMX-BF16, the kernel granted this process the
- * tile state, and TORCHTPU_BF16_GEMM is not avx512 (or widen). */
-bool tpu__gemm_amx_supported(void);
+/* The same product on AMX tiles (host/gemm_amx.c), which tpu__gemm_bf16 takes for more
+ * than a few rows where tpu__gemm_bf16_amx(): the CPU has AMX-BF16, the kernel granted
+ * this process the tile state (tpu__amx_bf16_available, asked once) and
+ * TORCHTPU_BF16_GEMM is not avx512 or widen (host/linalg.c reads it, once). */
+bool tpu__gemm_bf16_amx(void);
+bool tpu__amx_bf16_available(void);
 tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
                            int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
                            int64_t ldc);
 tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                             float beta, float* c, int64_t ldc);
+/* Packs `n` (<= lanes) lines of a bf16 operand for a K-pair dot product, `lanes` 32-bit
+ * words per pair: word (p, l) = (X[l][2p], X[l][2p+1]) where X[l][k] = base[l * sl +
+ * k * sk]; an odd K's last pair has a zero partner, lanes past n are zero. Vectorized
+ * for lines or pairs adjacent in memory. AVX512-BF16 CPUs only (host/gemm_avx512bf16.c);
+ * also the layout of AMX B tiles with lanes = 16. */
+void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl, int64_t sk, int n,
+                          int64_t K);
 
 /* Tile functions cannot return a status: one that meets a fault (integer division by
  * zero) calls tpu__tile_fault(); the kernel that ran the tile engine reads and clears it

@@ -202,20 +202,26 @@ static tpu_operand_t broadcast_to(const tpu_operand_t* op, int nd, const int64_t
   return b;
 }
 
-/* The AVX512-BF16 kernel's one cpuid check (libgcc's also checks that the OS saves zmm
- * state), read once with TORCHTPU_BF16_GEMM=widen, which keeps bf16 on the widen + sgemm
- * path (to compare the two, or to test the fallback on a CPU that has the instructions).
- * Sanitizer builds run the kernel too. */
-bool tpu__gemm_bf16_supported(void) {
+/* Which bf16 x bf16 kernel runs, resolved once: 2 AMX tiles (host/gemm_amx.c), 1 the
+ * AVX512-BF16 kernel, 0 neither (widen to f32 + sgemm). TORCHTPU_BF16_GEMM=avx512 stops
+ * at the AVX512-BF16 kernel and =widen at sgemm (to compare them, or to test a fallback on
+ * a CPU that has the instructions). One cpuid check per kernel (libgcc's also checks that
+ * the OS saves zmm state); AMX also needs the kernel's grant of the tile state.
+ * Sanitizer builds run the kernels too. */
+static int bf16_gemm_kind(void) {
   static atomic_int cached = -1;
   int v = atomic_load(&cached);
   if (v < 0) {
     const char* e = getenv("TORCHTPU_BF16_GEMM");
-    v = __builtin_cpu_supports("avx512bf16") && !(e && strcmp(e, "widen") == 0) ? 1 : 0;
+    if (!__builtin_cpu_supports("avx512bf16") || (e && strcmp(e, "widen") == 0)) v = 0;
+    else v = !(e && strcmp(e, "avx512") == 0) && tpu__amx_bf16_available() ? 2 : 1;
     atomic_store(&cached, v);
   }
-  return v != 0;
+  return v;
 }
+
+bool tpu__gemm_bf16_supported(void) { return bf16_gemm_kind() > 0; }
+bool tpu__gemm_bf16_amx(void) { return bf16_gemm_kind() == 2; }
 
 /* bf16 x bf16 products run natively (host/gemm_avx512bf16.c) where the CPU has
  * AVX512-BF16, reading the operands in place at any strides. alpha == 0 stays on the BLAS
