@@ -134,6 +134,31 @@ def test_products_inplace_and_out(dtype, gen, native):
     torch.addmm(tpu(make((3,), dtype, gen)), tpu(a), tpu(b), out=out)
 
 
+@pytest.mark.parametrize("m, k, n", [(64, 64, 64), (37, 45, 70), (96, 1024, 33), (5, 40, 48)])
+def test_bf16_products_rounded_as_stored(m, k, n, gen, native):
+    """bf16 products big enough for the native kernel's tiles, whole and partial blocks,
+    with the bf16 result rounded as the kernel stores it (mm, bmm, linear with a
+    transposed weight, baddbmm with beta 0 and alpha 2, a non-contiguous out): against
+    PyTorch CPU, and bit for bit against the same product through the f32 path (addmm
+    with a zero C keeps the f32 scratch and rounds once afterwards)."""
+    bf = torch.bfloat16
+    a, b = make((m, k), bf, gen), make((k, n), bf, gen)
+    ba, bb = make((3, m, k), bf, gen), make((3, k, n), bf, gen)
+    w = make((n, k), bf, gen)
+    got = torch.mm(tpu(a), tpu(b))
+    assert_close(got, torch.mm(a, b), bf)
+    zero = torch.zeros(m, n, dtype=bf, device=DEV)
+    assert torch.equal(got, torch.addmm(zero, tpu(a), tpu(b)))
+    assert_close(torch.bmm(tpu(ba), tpu(bb)), torch.bmm(ba, bb), bf)
+    assert_close(F.linear(tpu(a), tpu(w)), F.linear(a, w), bf)
+    c = make((3, m, n), bf, gen)
+    assert_close(torch.baddbmm(tpu(c), tpu(ba), tpu(bb), beta=0, alpha=2),
+                 torch.baddbmm(c, ba, bb, beta=0, alpha=2), bf)
+    out = torch.empty((n, m), dtype=bf, device=DEV).t()
+    torch.mm(tpu(a), tpu(b), out=out)
+    assert_close(out, torch.mm(a, b), bf)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_products_backward(dtype, gen, native):
     a, b, c = make((4, 5), dtype, gen), make((5, 3), dtype, gen), make((3,), dtype, gen)

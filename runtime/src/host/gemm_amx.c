@@ -26,7 +26,7 @@
 
 #include "host/host.h"
 
-#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
+#define AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
 
 #define TROWS 16               /* rows of a tile */
 #define TK 32                  /* bf16 K values in an A tile row (16 pairs) */
@@ -50,9 +50,12 @@ typedef struct amx_gemm_s {
   int64_t ldc;
   bool hold_b;  /* blocks ordered to hold B's tile columns in cache (block_at) */
   int64_t chunk; /* held tile-pairs per chunk */
+  uint16_t* c16; /* when set, C is bf16 here (row stride ldc), rounded as blocks are stored */
+  bool store_direct; /* f32 C = A B (alpha 1, beta 0): whole blocks go from the tiles to C */
 } amx_gemm_t;
 
-/* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..]. */
+/* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..];
+ * rows contiguous in K are copied 32 values at a time. */
 static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
   (void)tid;
   const amx_gemm_t* g = ctx;
@@ -61,7 +64,12 @@ static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
     memset(dst, 0, (size_t)(g->kt * TILE_ELEMS) * sizeof(uint16_t));
     for (int64_t r = 0; r < TROWS && i * TROWS + r < g->M; ++r) {
       const uint16_t* src = g->a + (i * TROWS + r) * g->sam;
-      for (int64_t k = 0; k < g->K; ++k) dst[(k / TK) * TILE_ELEMS + r * TK + k % TK] = src[k * g->sak];
+      if (g->sak == 1)
+        for (int64_t k = 0; k < g->K; k += TK)
+          memcpy(dst + (k / TK) * TILE_ELEMS + r * TK, src + k,
+                 (size_t)(g->K - k < TK ? g->K - k : TK) * sizeof(uint16_t));
+      else
+        for (int64_t k = 0; k < g->K; ++k) dst[(k / TK) * TILE_ELEMS + r * TK + k % TK] = src[k * g->sak];
     }
   }
   return NULL;
@@ -82,6 +90,32 @@ static tpu_status_t pack_b(void* ctx, int64_t j0, int64_t j1, int tid) {
       done = kp * TROWS;
     }
     memset(dst + done, 0, (size_t)(words - done) * sizeof(uint32_t));
+  }
+  return NULL;
+}
+
+/* Row-major B (sbn == 1), K tiles [k0, k1) of every column tile: tile pairs (32 columns)
+ * one after another, each from 64-byte runs of the K tile's 32 rows (tpu__bf16_pack_rows),
+ * so the rows are read as 32 sequential streams and every store lands in the 2 KiB of
+ * the pair being written (stores that swept all column tiles for one pair of rows, 64 KiB
+ * apart at K = 1024, fell into one L1 set). Pairs past K and column tiles past N are
+ * zeroed. */
+static tpu_status_t pack_b_rows(void* ctx, int64_t k0, int64_t k1, int tid) {
+  (void)tid;
+  const amx_gemm_t* g = ctx;
+  int64_t words = g->kt * TILE_ELEMS / 2;
+  for (int64_t k = k0; k < k1; ++k) {
+    int64_t kb = g->K - k * TK < TK ? g->K - k * TK : TK, np = (kb + 1) / 2;
+    const uint16_t* src = g->b + k * TK * g->sbk;
+    for (int64_t j = 0; j < g->nt; j += 2) {
+      uint32_t* dst = (uint32_t*)(g->pb + k * TILE_ELEMS) + j * words;
+      int64_t n = g->N - j * TROWS < 2 * TROWS ? g->N - j * TROWS : 2 * TROWS;
+      if (n > 0) tpu__bf16_pack_rows(dst, TROWS, words, np, src + j * TROWS, g->sbk, (int)n, kb);
+      for (int64_t t = 0; t < 2; ++t) {
+        int64_t from = n > t * TROWS ? np : 0;
+        memset(dst + t * words + from * TROWS, 0, (size_t)((TK / 2 - from) * TROWS) * sizeof(uint32_t));
+      }
+    }
   }
   return NULL;
 }
@@ -130,14 +164,15 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
     cfg.colsb[t] = 64;
   }
   _tile_loadconfig(&cfg);
+  const int64_t tstride = g->kt * TILE_ELEMS;
   float out[2 * TROWS][2 * TROWS];
   for (int64_t blk = b0; blk < b1; ++blk) {
     int64_t bi, bj;
     block_at(g, blk, &bi, &bj);
-    const uint16_t* a0 = g->pa + (2 * bi) * g->kt * TILE_ELEMS;
-    const uint16_t* a1 = a0 + g->kt * TILE_ELEMS;
-    const uint16_t* p0 = g->pb + (2 * bj) * g->kt * TILE_ELEMS;
-    const uint16_t* p1 = p0 + g->kt * TILE_ELEMS;
+    const uint16_t* a0 = g->pa + (2 * bi) * tstride;
+    const uint16_t* a1 = a0 + tstride;
+    const uint16_t* p0 = g->pb + (2 * bj) * tstride;
+    const uint16_t* p1 = p0 + tstride;
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -152,15 +187,36 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
+    int64_t i0 = bi * 2 * TROWS, j0 = bj * 2 * TROWS;
+    int64_t rows = g->M - i0 < 2 * TROWS ? g->M - i0 : 2 * TROWS;
+    int64_t cols = g->N - j0 < 2 * TROWS ? g->N - j0 : 2 * TROWS;
+    if (g->c16) { /* beta is 0 */
+      _tile_stored(0, &out[0][0], sizeof out[0]);
+      _tile_stored(1, &out[0][TROWS], sizeof out[0]);
+      _tile_stored(2, &out[TROWS][0], sizeof out[0]);
+      _tile_stored(3, &out[TROWS][TROWS], sizeof out[0]);
+      for (int64_t r = 0; r < rows; ++r) {
+        uint16_t* crow = g->c16 + (i0 + r) * g->ldc + j0;
+        for (int64_t q = 0; q < cols; ++q) crow[q] = tpu__f32_to_bf16(g->alpha * out[r][q]);
+      }
+      continue;
+    }
+    float* c = g->c + i0 * g->ldc + j0;
+    if (g->store_direct && rows == 2 * TROWS && cols == 2 * TROWS) {
+      /* C = A B: the accumulators go straight to C */
+      int64_t ld = g->ldc * (int64_t)sizeof(float);
+      _tile_stored(0, c, ld);
+      _tile_stored(1, c + TROWS, ld);
+      _tile_stored(2, c + TROWS * g->ldc, ld);
+      _tile_stored(3, c + TROWS * g->ldc + TROWS, ld);
+      continue;
+    }
     _tile_stored(0, &out[0][0], sizeof out[0]);
     _tile_stored(1, &out[0][TROWS], sizeof out[0]);
     _tile_stored(2, &out[TROWS][0], sizeof out[0]);
     _tile_stored(3, &out[TROWS][TROWS], sizeof out[0]);
-    int64_t i0 = bi * 2 * TROWS, j0 = bj * 2 * TROWS;
-    int64_t rows = g->M - i0 < 2 * TROWS ? g->M - i0 : 2 * TROWS;
-    int64_t cols = g->N - j0 < 2 * TROWS ? g->N - j0 : 2 * TROWS;
     for (int64_t r = 0; r < rows; ++r) {
-      float* crow = g->c + (i0 + r) * g->ldc + j0;
+      float* crow = c + r * g->ldc;
       if (g->beta == 0.0f) /* C is not read: NaN there must not reach the result */
         for (int64_t q = 0; q < cols; ++q) crow[q] = g->alpha * out[r][q];
       else
@@ -173,9 +229,9 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
 
 tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
                            int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
-                           int64_t ldc) {
+                           uint16_t* c16, int64_t ldc) {
   amx_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
-                  .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
+                  .alpha = alpha, .beta = beta, .c = c, .c16 = c16, .ldc = ldc};
   g.mt = (M + 2 * TROWS - 1) / (2 * TROWS) * 2;
   g.nt = (N + 2 * TROWS - 1) / (2 * TROWS) * 2;
   g.kt = (K + TK - 1) / TK;
@@ -192,10 +248,13 @@ tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const u
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
   int64_t blocks = (g.mt / 2) * (g.nt / 2);
   g.hold_b = nb >= na;
+  g.store_direct = alpha == 1.0f && beta == 0.0f;
   g.chunk = (512 << 10) / (2 * g.kt * TILE_ELEMS * (int64_t)sizeof(uint16_t));
   if (g.chunk < 1) g.chunk = 1;
   tpu_status_t st = serial ? pack_a(&g, 0, g.mt, 0) : tpu__parallel_for(g.mt, 1, pack_a, &g);
-  if (!st) st = serial ? pack_b(&g, 0, g.nt, 0) : tpu__parallel_for(g.nt, 1, pack_b, &g);
+  tpu_parallel_fn pb = sbn != 1 ? pack_b : pack_b_rows;
+  int64_t pn = pb == pack_b ? g.nt : g.kt;
+  if (!st) st = serial ? pb(&g, 0, pn, 0) : tpu__parallel_for(pn, 1, pb, &g);
   if (!st) st = serial ? run_blocks(&g, 0, blocks, 0) : tpu__parallel_for(blocks, 1, run_blocks, &g);
   tpu__free(buf);
   return st;

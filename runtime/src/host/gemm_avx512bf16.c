@@ -133,25 +133,27 @@ BF16_TARGET void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* 
     }
 }
 
-/* Row-major B (columns adjacent): one K block of a task's B panels, np pairs of K rows
- * (kb K values) by n columns, into cdiv(n, NR) panels of np x NR words (dst 64-byte
- * aligned). Pair by pair across all the task's columns, so each K row is read as one run,
+/* tpu__bf16_pack_rows (host.h). Row-major B (columns adjacent): np pairs of K rows (kb K
+ * values) by n columns, panels of `lanes` columns pstride words apart (dst and pstride
+ * 64-byte aligned). Pair by pair across all the columns, so each K row is read as one run,
  * with the rows PACK_AHEAD pairs ahead prefetched: rows N elements apart are not followed
  * by the hardware prefetcher (without it the LLM shapes ran ~3% slower). Whole runs of
  * 32 columns are interleaved from two 64-byte loads by two vpermt2w (+1% at the LLM
  * shapes, +6-8% at 12..24 rows, where packing is ~40% of the time, over two masked
  * 32-byte loads, an insert and a vpermw per 16 columns, which the tail still takes).
- * Lanes past n are zero. */
+ * Lanes past n, to the end of the last panel, are zero. */
 #define PACK_AHEAD 4
-BF16_TARGET static void pack_b_rows(uint32_t* dst, int64_t np, const uint16_t* base, int64_t sk, int n,
-                                    int64_t kb) {
+BF16_TARGET void tpu__bf16_pack_rows(uint32_t* dst, int lanes, int64_t pstride, int64_t np, const uint16_t* base,
+                                     int64_t sk, int n, int64_t kb) {
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
                                        23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   /* two rows of 32 columns: words of columns 0..15 and 16..31 */
   const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8,
                                       39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
-  int nv = (n + NR - 1) / NR * NV; /* vectors of 16 lanes, whole panels */
+  int sh = __builtin_ctz((unsigned)lanes), cols = (n + lanes - 1) / lanes * lanes; /* whole panels */
+  /* the word of pair p, column l */
+#define AT(l) (dst + ((int64_t)(l) >> sh) * pstride + p * lanes + ((l) & (lanes - 1)))
   for (int64_t p = 0; p < np; ++p) {
     const uint16_t* r0 = base + 2 * p * sk;
     bool has1 = 2 * p + 1 < kb;
@@ -160,24 +162,23 @@ BF16_TARGET static void pack_b_rows(uint32_t* dst, int64_t np, const uint16_t* b
         _mm_prefetch((const char*)(r0 + 2 * PACK_AHEAD * sk + l), _MM_HINT_T0);
         _mm_prefetch((const char*)(r0 + (2 * PACK_AHEAD + 1) * sk + l), _MM_HINT_T0);
       }
-    int v = 0;
+    int l = 0;
     if (has1)
-      for (; 16 * v + 32 <= n; v += 2) {
-        __m512i x0 = _mm512_loadu_si512(r0 + v * 16), x1 = _mm512_loadu_si512(r0 + sk + v * 16);
-        uint32_t* d = dst + (v / NV) * np * NR + p * NR + (v % NV) * 16;
-        _mm512_store_si512(d, _mm512_permutex2var_epi16(x0, lo, x1));
-        _mm512_store_si512(d + 16, _mm512_permutex2var_epi16(x0, hi, x1));
+      for (; l + 32 <= n; l += 32) {
+        __m512i x0 = _mm512_loadu_si512(r0 + l), x1 = _mm512_loadu_si512(r0 + sk + l);
+        _mm512_store_si512(AT(l), _mm512_permutex2var_epi16(x0, lo, x1));
+        _mm512_store_si512(AT(l + 16), _mm512_permutex2var_epi16(x0, hi, x1));
       }
-    for (; v < nv; ++v) {
-      int cnt = n - v * 16 < 0 ? 0 : n - v * 16 < 16 ? n - v * 16 : 16;
+    for (; l < cols; l += 16) {
+      int cnt = n - l < 0 ? 0 : n - l < 16 ? n - l : 16;
       __mmask16 m = (__mmask16)((1u << cnt) - 1);
-      __m256i x0 = _mm256_maskz_loadu_epi16(m, r0 + v * 16);
-      __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(m, r0 + sk + v * 16) : _mm256_setzero_si256();
+      __m256i x0 = _mm256_maskz_loadu_epi16(m, r0 + l);
+      __m256i x1 = has1 ? _mm256_maskz_loadu_epi16(m, r0 + sk + l) : _mm256_setzero_si256();
       __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
-      _mm512_store_si512(dst + (v / NV) * np * NR + p * NR + (v % NV) * 16,
-                         _mm512_permutexvar_epi16(idx, both));
+      _mm512_store_si512(AT(l), _mm512_permutexvar_epi16(idx, both));
     }
   }
+#undef AT
 }
 
 typedef struct bf16_gemm_s {
@@ -243,7 +244,7 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
 /* Column-major A (rows adjacent in memory: a transposed operand, as dY^T in a weight
  * gradient), A_COLS_PAIRS pairs of K columns per work item, all rows, in groups of 48: for
  * each pair, 16 rows of the two K columns are interleaved into 16 words in a register
- * (as pack_b_rows does) and stored into the panels their rows fall in with masked
+ * (as tpu__bf16_pack_rows does) and stored into the panels their rows fall in with masked
  * stores; rows past M read as zero. An item reads its columns whole, one after another
  * (items of 48 rows over all K, each load on another page when M is large, were ~2%
  * slower). (It replaced tpu__bf16_pack_pairs's element-by-element loop here: +3-5% at the LLM
@@ -363,7 +364,7 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
     int64_t np = g->kp - p0 < g->kcp ? g->kp - p0 : g->kcp;
     int64_t kb = g->K - 2 * p0 < 2 * np ? g->K - 2 * p0 : 2 * np; /* K values in the block */
     if (g->sbn == 1)
-      pack_b_rows(pbt, np, g->b + n0 + 2 * p0 * g->sbk, g->sbk, (int)(n1 - n0), kb);
+      tpu__bf16_pack_rows(pbt, NR, np * NR, np, g->b + n0 + 2 * p0 * g->sbk, g->sbk, (int)(n1 - n0), kb);
     else
       for (int64_t j = n0; j < n1; j += NR)
         tpu__bf16_pack_pairs(pbt + (j - n0) / NR * np * NR, NR, g->b + j * g->sbn + 2 * p0 * g->sbk, g->sbn, g->sbk,
@@ -540,16 +541,26 @@ BF16_TARGET static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, floa
 
 BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
-                            float beta, float* c, int64_t ldc) {
+                            float beta, float* c, uint16_t* c16, int64_t ldc) {
   bf16_gemm_t g = {.M = M, .N = N, .K = K, .kp = (K + 1) / 2, .a = a, .b = b, .sam = sam,
                    .sak = sak, .sbk = sbk, .sbn = sbn, .alpha = alpha, .beta = beta, .c = c,
                    .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
   /* measured against the packed path: dot products win up to 4 rows, the widened-row
    * FMAs (half the vdpbf16ps rate) up to 2 */
-  if (sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2)
-    return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
-  if (tpu__gemm_bf16_amx()) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
+  bool small = sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2;
+  bool amx = !small && tpu__gemm_bf16_amx();
+  if (amx) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, c16, ldc);
+  if (c16) { /* the AMX path rounds as it stores; the others go through an f32 product */
+    float* t = tpu__malloc((size_t)(M * N) * sizeof(float));
+    if (!t) return TPU_HOST_NOMEM();
+    tpu_status_t st = tpu__gemm_bf16(M, N, K, alpha, a, sam, sak, b, sbk, sbn, 0.0f, t, NULL, N);
+    for (int64_t i = 0; !st && i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c16[i * ldc + j] = tpu__f32_to_bf16(t[i * N + j]);
+    tpu__free(t);
+    return st;
+  }
+  if (small) return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR;
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;

@@ -193,10 +193,12 @@ bool tpu__gemm_bf16_amx(void);
 bool tpu__amx_bf16_available(void);
 tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
                            int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
-                           int64_t ldc);
+                           uint16_t* c16, int64_t ldc);
+/* c16: when not NULL (then beta is 0 and c unused), the result is rounded to bf16 (to
+ * nearest even, as a store of the f32 result would) and stored there, row stride ldc. */
 tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
-                            float beta, float* c, int64_t ldc);
+                            float beta, float* c, uint16_t* c16, int64_t ldc);
 /* Packs `n` (<= lanes) lines of a bf16 operand for a K-pair dot product, `lanes` 32-bit
  * words per pair: word (p, l) = (X[l][2p], X[l][2p+1]) where X[l][k] = base[l * sl +
  * k * sk]; an odd K's last pair has a zero partner, lanes past n are zero. Vectorized
@@ -204,6 +206,14 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
  * also the layout of AMX B tiles with lanes = 16. */
 void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl, int64_t sk, int n,
                           int64_t K);
+/* The same words for row-major B (columns adjacent in memory), read one K row at a time:
+ * np pairs of rows 2p, 2p + 1 (sk elements apart; kb K values, an odd kb's last pair has a
+ * zero partner) by n columns, into panels of `lanes` columns (a power of two, at least
+ * 16) pstride words apart: word (p, l) at dst + (l / lanes) * pstride + p * lanes +
+ * l % lanes; lanes past n to the end of the last panel are zero. dst and pstride * 4
+ * 64-byte aligned. AVX512-BF16 CPUs only. */
+void tpu__bf16_pack_rows(uint32_t* dst, int lanes, int64_t pstride, int64_t np, const uint16_t* base,
+                         int64_t sk, int n, int64_t kb);
 
 /* Tile functions cannot return a status: one that meets a fault (integer division by
  * zero) calls tpu__tile_fault(); the kernel that ran the tile engine reads and clears it

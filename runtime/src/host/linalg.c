@@ -241,7 +241,7 @@ typedef struct bgemm_s {
   const tpu_node_t* n;
   tpu_dtype_t cd;
   const mat_t *a, *b;
-  bool native;
+  bool native, out16; /* out16: the native kernel stores bf16 results into acc */
   char* acc;
   int64_t M, N, K;
   bool reduce;
@@ -252,7 +252,7 @@ typedef struct bgemm_s {
 static tpu_status_t gemm_batches(void* arg, int64_t ib, int64_t ie, int tid) {
   bgemm_t* g = arg;
   const tpu_operand_t *A = &g->n->in[0], *B = &g->n->in[1];
-  size_t csz = tpu_dtype_size(g->cd);
+  size_t csz = g->out16 ? sizeof(uint16_t) : tpu_dtype_size(g->cd);
   int64_t M = g->M, N = g->N;
   for (int64_t i = ib; i < ie; ++i) {
     char* ci = g->acc + (size_t)((g->reduce ? 0 : i) * M * N) * csz;
@@ -261,7 +261,8 @@ static tpu_status_t gemm_batches(void* arg, int64_t ib, int64_t ie, int tid) {
     if (g->native) {
       TPU_RETURN_IF_ERROR(tpu__gemm_bf16(M, N, g->K, (float)g->alpha, bf16_matrix(A, i), A->strides[1],
                                          A->strides[2], bf16_matrix(B, i), B->strides[1], B->strides[2],
-                                         (float)bb, (float*)ci, N));
+                                         (float)bb, g->out16 ? NULL : (float*)ci,
+                                         g->out16 ? (uint16_t*)ci : NULL, N));
     } else {
       const char* pa = g->a->ptr + (size_t)(i * g->a->bstride) * csz;
       const char* pb = g->b->ptr + (size_t)(i * g->b->bstride) * csz;
@@ -294,9 +295,12 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
   bool native = product && gemm_native_bf16(n, alpha);
   /* The product accumulates straight into a dense output of the compute dtype that no
-   * input shares; otherwise into a scratch buffer that is then unpacked. */
-  bool direct = out->dtype == cd && tpu__operand_is_contiguous(out) && out->value != A->value &&
-                out->value != B->value && (!use_c || out->value != C->value);
+   * input shares; otherwise into a scratch buffer that is then unpacked. The native kernel
+   * also rounds a plain bf16 product (no C, no sum over batches) as it stores it. */
+  bool unshared = tpu__operand_is_contiguous(out) && out->value != A->value && out->value != B->value &&
+                  (!use_c || out->value != C->value);
+  bool out16 = unshared && native && !use_c && !reduce && out->dtype == TPU_DTYPE_BF16;
+  bool direct = unshared && (out16 || out->dtype == cd);
   char* acc = direct ? tpu__operand_ptr(out) : tpu__malloc((size_t)total);
   if (!acc) return TPU_HOST_NOMEM();
   if (use_c) {
@@ -312,7 +316,7 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
     if (!native) st = mat_get(A, cd, &a);
     if (!st && !native) st = mat_get(B, cd, &b);
     if (!st) {
-      bgemm_t g = {n, cd, &a, &b, native, acc, M, N, K, reduce, out->dtype, alpha,
+      bgemm_t g = {n, cd, &a, &b, native, out16, acc, M, N, K, reduce, out->dtype, alpha,
                    use_c ? (tpu_dtype_is_floating(cd) ? beta : (double)n->ia[2]) : 0.0};
       /* Small products of a batch run whole on pool threads (a chunk does at least ~4
        * MFLOP, which amortizes waking a thread); a large one splits inside its GEMM
