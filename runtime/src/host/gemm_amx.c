@@ -4,12 +4,16 @@
  * A tile register holds up to 16 rows of 64 bytes. tdpbf16ps multiplies an A tile of 16
  * rows x 32 bf16 (K) by a B tile of 16 K-pairs x 16 columns, each row holding the pairs
  * (B[2p][j], B[2p+1][j]) of its 16 columns, and adds into a 16 x 16 f32 C tile. Both
- * operands are packed up front, at any strides, into 1 KiB tiles zero-padded past M, N
- * and K, and into an even number of row and column tiles, so every C block is 2 x 2
- * tiles (32 x 32): four accumulators, two A and two B tiles per K step, the eight tile
- * registers. Padding contributes zeros and is never stored. Blocks are shared out over
- * the pool in an order that holds chunks of the larger operand in cache while the
- * smaller one streams past them (block_at). Like vdpbf16ps, tdpbf16ps treats denormal
+ * operands are packed, at any strides, into 1 KiB tiles zero-padded past M, N and K, and
+ * into an even number of row and column tiles, so every C block is 2 x 2 tiles (32 x 32):
+ * four accumulators, two A and two B tiles per K step, the eight tile registers. Padding
+ * contributes zeros and is never stored. Blocks are shared out over the pool in an order
+ * that holds chunks of the larger operand in cache while the smaller one streams past
+ * them (block_at). A is packed whole up front; B too when it is the streamed operand,
+ * and when it is the held one each thread packs a chunk into its own buffer just before
+ * the chunk's first block, so packed B never goes out to memory. A block is stored from
+ * its tiles straight into an f32 C (alpha 1, beta 0), or through a small buffer that
+ * scales, adds beta C or rounds to bf16 (c16). Like vdpbf16ps, tdpbf16ps treats denormal
  * inputs as zero; products are exact in f32 and only the summation order differs from
  * the other paths. Every element of C is one block's sum over all of K, whichever
  * thread runs it, so results do not depend on the thread count.
@@ -45,6 +49,8 @@ typedef struct amx_gemm_s {
   const uint16_t *a, *b;
   int64_t sam, sak, sbk, sbn;
   uint16_t *pa, *pb; /* packed: tile (i, k) of A at pa + (i * kt + k) * TILE_ELEMS, B alike */
+  uint16_t* pbt;     /* held B: per thread, one chunk's tile pairs, packed by run_blocks */
+  int64_t pbt_elems;
   float alpha, beta;
   float* c;
   int64_t ldc;
@@ -75,48 +81,58 @@ static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
   return NULL;
 }
 
-/* Column tile j of B: row p of tile (j, k) holds the words (B[32k + 2p][16j + q],
- * B[32k + 2p + 1][16j + q]), q = 0..15: the AVX512-BF16 kernel's packed panel with 16
- * lanes, pair after pair, then zeros up to whole tiles. */
-static tpu_status_t pack_b(void* ctx, int64_t j0, int64_t j1, int tid) {
-  (void)tid;
-  const amx_gemm_t* g = ctx;
-  int64_t kp = (g->K + 1) / 2, words = g->kt * TILE_ELEMS / 2;
-  for (int64_t j = j0; j < j1; ++j) {
-    uint32_t* dst = (uint32_t*)(g->pb + j * g->kt * TILE_ELEMS);
-    int64_t c0 = j * TROWS, n = g->N - c0 < TROWS ? g->N - c0 : TROWS, done = 0;
-    if (n > 0) {
-      tpu__bf16_pack_pairs(dst, TROWS, g->b + c0 * g->sbn, g->sbn, g->sbk, (int)n, g->K);
-      done = kp * TROWS;
-    }
-    memset(dst + done, 0, (size_t)(words - done) * sizeof(uint32_t));
-  }
-  return NULL;
-}
-
-/* Row-major B (sbn == 1), K tiles [k0, k1) of every column tile: tile pairs (32 columns)
- * one after another, each from 64-byte runs of the K tile's 32 rows (tpu__bf16_pack_rows),
- * so the rows are read as 32 sequential streams and every store lands in the 2 KiB of
- * the pair being written (stores that swept all column tiles for one pair of rows, 64 KiB
- * apart at K = 1024, fell into one L1 set). Pairs past K and column tiles past N are
- * zeroed. */
-static tpu_status_t pack_b_rows(void* ctx, int64_t k0, int64_t k1, int tid) {
-  (void)tid;
-  const amx_gemm_t* g = ctx;
+/* Column tiles [j0, j1) of B (j0 even), K tiles [k0, k1), into dst: tile (j, k) at dst +
+ * (j - j0) * kt * TILE_ELEMS + k * TILE_ELEMS. Row p of tile (j, k) holds the words
+ * (B[32k + 2p][16j + q], B[32k + 2p + 1][16j + q]), q = 0..15: the AVX512-BF16 kernel's
+ * packed panel with 16 lanes; pairs past K and columns past N are zero. Row-major B
+ * (sbn == 1) goes K tile by K tile, 32 columns at a time, from 64-byte runs of the K
+ * tile's 32 rows (tpu__bf16_pack_rows): the rows are read as sequential streams and the
+ * stores land in the 2 KiB being written (a column tile at a time read 32 bytes of every
+ * K row per tile, and stores that swept all column tiles for one pair of rows, 64 KiB
+ * apart at K = 1024, fell into one L1 set). Other layouts take whole K (k0 = 0, k1 = kt),
+ * a column tile at a time (tpu__bf16_pack_pairs). */
+static void pack_b_part(const amx_gemm_t* g, uint16_t* dst, int64_t j0, int64_t j1, int64_t k0, int64_t k1) {
   int64_t words = g->kt * TILE_ELEMS / 2;
+  if (g->sbn != 1) {
+    int64_t kp = (g->K + 1) / 2;
+    for (int64_t j = j0; j < j1; ++j) {
+      uint32_t* d = (uint32_t*)dst + (j - j0) * words;
+      int64_t c0 = j * TROWS, n = g->N - c0 < TROWS ? g->N - c0 : TROWS, done = 0;
+      if (n > 0) {
+        tpu__bf16_pack_pairs(d, TROWS, g->b + c0 * g->sbn, g->sbn, g->sbk, (int)n, g->K);
+        done = kp * TROWS;
+      }
+      memset(d + done, 0, (size_t)(words - done) * sizeof(uint32_t));
+    }
+    return;
+  }
   for (int64_t k = k0; k < k1; ++k) {
     int64_t kb = g->K - k * TK < TK ? g->K - k * TK : TK, np = (kb + 1) / 2;
     const uint16_t* src = g->b + k * TK * g->sbk;
-    for (int64_t j = 0; j < g->nt; j += 2) {
-      uint32_t* dst = (uint32_t*)(g->pb + k * TILE_ELEMS) + j * words;
+    for (int64_t j = j0; j < j1; j += 2) {
+      uint32_t* d = (uint32_t*)(dst + k * TILE_ELEMS) + (j - j0) * words;
       int64_t n = g->N - j * TROWS < 2 * TROWS ? g->N - j * TROWS : 2 * TROWS;
-      if (n > 0) tpu__bf16_pack_rows(dst, TROWS, words, np, src + j * TROWS, g->sbk, (int)n, kb);
+      if (n > 0) tpu__bf16_pack_rows(d, TROWS, words, np, src + j * TROWS, g->sbk, (int)n, kb);
       for (int64_t t = 0; t < 2; ++t) {
         int64_t from = n > t * TROWS ? np : 0;
-        memset(dst + t * words + from * TROWS, 0, (size_t)((TK / 2 - from) * TROWS) * sizeof(uint32_t));
+        if (from < TK / 2) memset(d + t * words + from * TROWS, 0, (size_t)((TK / 2 - from) * TROWS) * 4);
       }
     }
   }
+}
+
+/* All of B up front (when A is the held operand), split by K tiles (row-major B) or by
+ * column tile pairs. */
+static tpu_status_t pack_b_ktiles(void* ctx, int64_t k0, int64_t k1, int tid) {
+  (void)tid;
+  const amx_gemm_t* g = ctx;
+  pack_b_part(g, g->pb, 0, g->nt, k0, k1);
+  return NULL;
+}
+static tpu_status_t pack_b_pairs(void* ctx, int64_t p0, int64_t p1, int tid) {
+  (void)tid;
+  const amx_gemm_t* g = ctx;
+  pack_b_part(g, g->pb + 2 * p0 * g->kt * TILE_ELEMS, 2 * p0, 2 * p1, 0, g->kt);
   return NULL;
 }
 
@@ -154,7 +170,6 @@ static void block_at(const amx_gemm_t* g, int64_t blk, int64_t* bi, int64_t* bj)
 
 /* C blocks [b0, b1) of 32 x 32 (block_at). */
 AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int tid) {
-  (void)tid;
   const amx_gemm_t* g = ctx;
   tilecfg_t cfg;
   memset(&cfg, 0, sizeof cfg);
@@ -165,13 +180,23 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
   }
   _tile_loadconfig(&cfg);
   const int64_t tstride = g->kt * TILE_ELEMS;
+  uint16_t* held = g->pbt ? g->pbt + tid * g->pbt_elems : NULL;
+  int64_t have = -1; /* the chunk of B in held */
   float out[2 * TROWS][2 * TROWS];
   for (int64_t blk = b0; blk < b1; ++blk) {
     int64_t bi, bj;
     block_at(g, blk, &bi, &bj);
     const uint16_t* a0 = g->pa + (2 * bi) * tstride;
     const uint16_t* a1 = a0 + tstride;
-    const uint16_t* p0 = g->pb + (2 * bj) * tstride;
+    const uint16_t* p0;
+    if (held) { /* B's chunk packed here, just before its first use: it stays in L2 */
+      int64_t c = bj / g->chunk, h0 = c * g->chunk, h1 = h0 + g->chunk < g->nt / 2 ? h0 + g->chunk : g->nt / 2;
+      if (c != have) pack_b_part(g, held, 2 * h0, 2 * h1, 0, g->kt);
+      have = c;
+      p0 = held + 2 * (bj - h0) * tstride;
+    } else {
+      p0 = g->pb + (2 * bj) * tstride;
+    }
     const uint16_t* p1 = p0 + tstride;
     _tile_zero(0);
     _tile_zero(1);
@@ -235,26 +260,38 @@ tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const u
   g.mt = (M + 2 * TROWS - 1) / (2 * TROWS) * 2;
   g.nt = (N + 2 * TROWS - 1) / (2 * TROWS) * 2;
   g.kt = (K + TK - 1) / TK;
-  uint64_t na, nb;
-  if (!tpu__mul_ok((uint64_t)g.mt * (uint64_t)g.kt, TILE_ELEMS * sizeof(uint16_t), &na) ||
-      !tpu__mul_ok((uint64_t)g.nt * (uint64_t)g.kt, TILE_ELEMS * sizeof(uint16_t), &nb) || na > SIZE_MAX / 2 ||
-      nb > SIZE_MAX / 2 - 64)
-    return TPU_HOST_NOMEM();
-  char* buf = tpu__malloc((size_t)(na + nb) + 64);
-  if (!buf) return TPU_HOST_NOMEM();
-  g.pa = (uint16_t*)(((uintptr_t)buf + 63) & ~(uintptr_t)63); /* tiles on cache lines */
-  g.pb = g.pa + na / sizeof(uint16_t);
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
-  int64_t blocks = (g.mt / 2) * (g.nt / 2);
+  int threads = serial ? 1 : tpu__num_threads();
+  uint64_t na, nb, pair;
+  if (!tpu__mul_ok((uint64_t)g.mt * (uint64_t)g.kt, TILE_ELEMS * sizeof(uint16_t), &na) ||
+      !tpu__mul_ok((uint64_t)g.nt * (uint64_t)g.kt, TILE_ELEMS * sizeof(uint16_t), &nb) || na > SIZE_MAX / 4 ||
+      nb > SIZE_MAX / 4)
+    return TPU_HOST_NOMEM();
+  pair = 2 * (uint64_t)g.kt * TILE_ELEMS * sizeof(uint16_t);
   g.hold_b = nb >= na;
-  g.store_direct = alpha == 1.0f && beta == 0.0f;
-  g.chunk = (512 << 10) / (2 * g.kt * TILE_ELEMS * (int64_t)sizeof(uint16_t));
+  g.chunk = (512 << 10) / (int64_t)pair;
   if (g.chunk < 1) g.chunk = 1;
+  /* held B is packed chunk by chunk into each thread's buffer (run_blocks); A, or B when
+   * it is the streamed operand, is packed whole up front */
+  bool in_loop = g.hold_b;
+  uint64_t nbt = in_loop ? (uint64_t)g.chunk * pair : 0;
+  if (in_loop && (nbt > SIZE_MAX / 4 / (uint64_t)threads)) return TPU_HOST_NOMEM();
+  uint64_t bytes = na + (in_loop ? nbt * (uint64_t)threads : nb);
+  char* buf = tpu__malloc((size_t)bytes + 64);
+  if (!buf) return TPU_HOST_NOMEM();
+  g.pa = (uint16_t*)(((uintptr_t)buf + 63) & ~(uintptr_t)63); /* tiles on cache lines */
+  g.pb = in_loop ? NULL : g.pa + na / sizeof(uint16_t);
+  g.pbt = in_loop ? g.pa + na / sizeof(uint16_t) : NULL;
+  g.pbt_elems = (int64_t)(nbt / sizeof(uint16_t));
+  int64_t blocks = (g.mt / 2) * (g.nt / 2);
+  g.store_direct = alpha == 1.0f && beta == 0.0f;
   tpu_status_t st = serial ? pack_a(&g, 0, g.mt, 0) : tpu__parallel_for(g.mt, 1, pack_a, &g);
-  tpu_parallel_fn pb = sbn != 1 ? pack_b : pack_b_rows;
-  int64_t pn = pb == pack_b ? g.nt : g.kt;
-  if (!st) st = serial ? pb(&g, 0, pn, 0) : tpu__parallel_for(pn, 1, pb, &g);
+  if (!st && !in_loop) {
+    tpu_parallel_fn pb = sbn == 1 ? pack_b_ktiles : pack_b_pairs;
+    int64_t pn = sbn == 1 ? g.kt : g.nt / 2;
+    st = serial ? pb(&g, 0, pn, 0) : tpu__parallel_for(pn, 1, pb, &g);
+  }
   if (!st) st = serial ? run_blocks(&g, 0, blocks, 0) : tpu__parallel_for(blocks, 1, run_blocks, &g);
   tpu__free(buf);
   return st;
