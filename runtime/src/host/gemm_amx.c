@@ -60,15 +60,26 @@ typedef struct amx_gemm_s {
   bool store_direct; /* f32 C = A B (alpha 1, beta 0): whole blocks go from the tiles to C */
 } amx_gemm_t;
 
-/* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..];
- * rows contiguous in K are copied 32 values at a time. */
+/* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..].
+ * Rows contiguous in K are copied 32 values at a time. Transposed A (rows adjacent: a
+ * weight gradient's G^T) is packed as B is (tpu__bf16_pack_pairs, two K rows interleaved
+ * into words of 16 rows), which is each tile transposed as 16 x 16 words. */
 static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
   (void)tid;
   const amx_gemm_t* g = ctx;
+  int64_t words = g->kt * TILE_ELEMS / 2;
   for (int64_t i = i0; i < i1; ++i) {
     uint16_t* dst = g->pa + i * g->kt * TILE_ELEMS;
+    int64_t rows = g->M - i * TROWS < TROWS ? g->M - i * TROWS : TROWS;
+    if (g->sam == 1 && g->sak != 1 && rows > 0) {
+      int64_t done = (g->K + 1) / 2 * TROWS;
+      tpu__bf16_pack_pairs((uint32_t*)dst, TROWS, g->a + i * TROWS, 1, g->sak, (int)rows, g->K);
+      memset((uint32_t*)dst + done, 0, (size_t)(words - done) * sizeof(uint32_t));
+      for (int64_t k = 0; k < g->kt; ++k) tpu__transpose_words16((uint32_t*)(dst + k * TILE_ELEMS));
+      continue;
+    }
     memset(dst, 0, (size_t)(g->kt * TILE_ELEMS) * sizeof(uint16_t));
-    for (int64_t r = 0; r < TROWS && i * TROWS + r < g->M; ++r) {
+    for (int64_t r = 0; r < rows; ++r) {
       const uint16_t* src = g->a + (i * TROWS + r) * g->sam;
       if (g->sak == 1)
         for (int64_t k = 0; k < g->K; k += TK)

@@ -82,6 +82,14 @@ BF16_TARGET static inline void transpose16(__m512i r[16]) {
   }
 }
 
+/* tpu__transpose_words16 (host.h). */
+BF16_TARGET void tpu__transpose_words16(uint32_t* t) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(t + 16 * i);
+  transpose16(r);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(t + 16 * i, r[i]);
+}
+
 /* tpu__bf16_pack_pairs (host.h): one packed panel of `lanes` words per pair. */
 BF16_TARGET void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl,
                                       int64_t sk, int n, int64_t K) {

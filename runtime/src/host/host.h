@@ -206,6 +206,8 @@ tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const 
  * also the layout of AMX B tiles with lanes = 16. */
 void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* base, int64_t sl, int64_t sk, int n,
                           int64_t K);
+/* Transposes a 16 x 16 block of 32-bit words in place (AVX512-BF16 CPUs only). */
+void tpu__transpose_words16(uint32_t* t);
 /* The same words for row-major B (columns adjacent in memory), read one K row at a time:
  * np pairs of rows 2p, 2p + 1 (sk elements apart; kb K values, an odd kb's last pair has a
  * zero partner) by n columns, into panels of `lanes` columns (a power of two, at least
