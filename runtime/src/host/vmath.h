@@ -260,6 +260,15 @@ static inline v8d v8_muls(v8d a, double s) { return (v8d){a.lo * s, a.hi * s}; }
  * into one vcvtps2pd ymm, reading memory directly. Same values either way. */
 TPU_VINLINE v4d cvt4_f32(const float* p) { return (v4d){p[0], p[1], p[2], p[3]}; }
 TPU_VINLINE v8d ld8_f32(const float* p) { return (v8d){cvt4_f32(p), cvt4_f32(p + 4)}; }
+/* Eight bf16 values widened to doubles (exact: a bf16 is the high half of an f32). */
+TPU_VINLINE v8d ld8_bf16(const uint16_t* p) {
+  float f[8];
+  for (int i = 0; i < 8; ++i) {
+    uint32_t u = (uint32_t)p[i] << 16;
+    memcpy(&f[i], &u, sizeof u);
+  }
+  return ld8_f32(f);
+}
 static inline v8d ld8_f64(const double* p) {
   v8d d;
   memcpy(&d.lo, p, sizeof d.lo);
