@@ -36,8 +36,9 @@ def step_times(model, opt, batches, loss_fn, dev, steps):
     return times
 
 
-def gpt_run(cfg, dev, compiled=False):
-    model = train_gpt.make_model(d=cfg["d"], heads=cfg["heads"], layers=cfg["layers"], ctx=cfg["ctx"]).to(dev)
+def gpt_run(cfg, dev, compiled=False, dtype=torch.float32):
+    model = train_gpt.make_model(d=cfg["d"], heads=cfg["heads"], layers=cfg["layers"], ctx=cfg["ctx"])
+    model = model.to(dev, dtype)
     fwd = torch.compile(model) if compiled else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batches = train_gpt.make_batches(cfg["batch"], cfg["ctx"])
@@ -110,16 +111,21 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compile", action="store_true", help="Inductor CPU only")
     ap.add_argument("--cnn-only", action="store_true", help="only the CNN rows (tpu and CPU eager)")
+    ap.add_argument("--gpt-dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="the GPT models' parameters and activations (the CNN stays float32); "
+                         "MFU is still against the f32 peak")
     a = ap.parse_args()
     rows = []
     devs = [("cpu", True)] if a.compile else [("tpu", False), ("cpu", False)]
+    dtype = getattr(torch, a.gpt_dtype)
     for cfg in [] if a.cnn_only else GPT_CONFIGS:
+        name = cfg["name"] + ("" if dtype == torch.float32 else f" {a.gpt_dtype}")
         for dev, comp in devs:
             label = "cpu (inductor)" if comp else dev
-            progress(f"{cfg['name']} on {label}")
+            progress(f"{name} on {label}")
             t0 = time.perf_counter()
-            r = gpt_run(cfg, dev, comp)
-            r.update(model=cfg["name"], device=label, wall_s=time.perf_counter() - t0,
+            r = gpt_run(cfg, dev, comp, dtype)
+            r.update(model=name, device=label, wall_s=time.perf_counter() - t0,
                      config={k: cfg[k] for k in ("d", "heads", "layers", "ctx", "batch", "steps")})
             progress(f"  train {r['train_tokens_s']:.0f} tok/s, steady {r['steady_step_s']:.2f} s/step")
             rows.append(r)
