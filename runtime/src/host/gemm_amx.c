@@ -126,7 +126,7 @@ static void pack_b_part(const amx_gemm_t* g, uint16_t* dst, int64_t j0, int64_t 
       if (n > 0) tpu__bf16_pack_rows(d, TROWS, words, np, src + j * TROWS, g->sbk, (int)n, kb);
       for (int64_t t = 0; t < 2; ++t) {
         int64_t from = n > t * TROWS ? np : 0;
-        if (from < TK / 2) memset(d + t * words + from * TROWS, 0, (size_t)((TK / 2 - from) * TROWS) * 4);
+        if (from < TK / 2) memset(d + t * words + from * TROWS, 0, (size_t)((TK / 2 - from) * TROWS) * sizeof(uint32_t));
       }
     }
   }
