@@ -76,11 +76,16 @@ static bool rows_open(rows_t* r, tpu_operand_t* op, int64_t m, int64_t k, bool i
   return r->full != NULL;
 }
 
-static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
+TPU_ISA_CLONES static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
   if (r->full) return r->full + i * r->k;
-  if (r->op->dtype == TPU_DTYPE_F32) { /* the common case, as a loop that vectorizes */
+  if (r->op->dtype == TPU_DTYPE_F32) { /* the common cases, as loops that vectorize */
     const float* src = (const float*)tpu__operand_ptr(r->op) + i * r->k;
     for (int64_t j = 0; j < r->k; ++j) buf[j] = src[j];
+    return buf;
+  }
+  if (r->op->dtype == TPU_DTYPE_BF16) {
+    const uint16_t* src = (const uint16_t*)tpu__operand_ptr(r->op) + i * r->k;
+    for (int64_t j = 0; j < r->k; ++j) buf[j] = tpu__bf16_to_f32(src[j]);
     return buf;
   }
   size_t esz = tpu_dtype_size(r->op->dtype);
@@ -88,11 +93,16 @@ static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
   return buf;
 }
 
-static void rows_put(rows_t* r, int64_t i, const double* row) {
+TPU_ISA_CLONES static void rows_put(rows_t* r, int64_t i, const double* row) {
   if (r->full) { memcpy(r->full + i * r->k, row, sizeof(double) * (size_t)r->k); return; }
   if (r->op->dtype == TPU_DTYPE_F32) {
     float* dst = (float*)tpu__operand_ptr(r->op) + i * r->k;
     for (int64_t j = 0; j < r->k; ++j) dst[j] = (float)row[j];
+    return;
+  }
+  if (r->op->dtype == TPU_DTYPE_BF16) { /* through float, as every store of a double to bf16 */
+    uint16_t* dst = (uint16_t*)tpu__operand_ptr(r->op) + i * r->k;
+    for (int64_t j = 0; j < r->k; ++j) dst[j] = tpu__f32_to_bf16((float)row[j]);
     return;
   }
   size_t esz = tpu_dtype_size(r->op->dtype);
@@ -208,6 +218,17 @@ TPU_ISA_CLONES static void ln_row_f32(const ln_t* L, const float* x, float* y, d
 
 /* Both row operands dense float32 in place (no conversion buffers). */
 static bool rows_f32(const rows_t* r) { return !r->full && r->op->dtype == TPU_DTYPE_F32; }
+/* Dense bf16 rows: widened to float32 row buffers and run through the float32 row
+ * functions, in float as ATen's CPU kernel computes bf16 (its opmath is float); the
+ * double rows took 4x the float ones' time. */
+static bool rows_bf16(const rows_t* r) { return !r->full && r->op->dtype == TPU_DTYPE_BF16; }
+static const float* row_bf16_in(const rows_t* r, int64_t i, float* buf) {
+  tpu__convert_run(buf, TPU_DTYPE_F32, 1, (const uint16_t*)tpu__operand_ptr(r->op) + i * r->k, TPU_DTYPE_BF16, 1, r->k);
+  return buf;
+}
+static void row_bf16_out(const rows_t* r, int64_t i, const float* row) {
+  tpu__convert_run((uint16_t*)tpu__operand_ptr(r->op) + i * r->k, TPU_DTYPE_BF16, 1, row, TPU_DTYPE_F32, 1, r->k);
+}
 
 /* Each thread converts its rows through its own row buffers. */
 static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
@@ -216,8 +237,13 @@ static tpu_status_t ln_fwd_rows(void* arg, int64_t rb, int64_t re, int tid) {
   double* xrow = tpu__malloc(sizeof(double) * cnt1(k));
   double* yrow = tpu__malloc(sizeof(double) * cnt1(k));
   if (!xrow || !yrow) { tpu__free(xrow); tpu__free(yrow); return TPU_HOST_NOMEM(); }
-  bool f32 = rows_f32(&L->rx) && rows_f32(&L->ry);
+  bool f32 = rows_f32(&L->rx) && rows_f32(&L->ry), b16 = rows_bf16(&L->rx) && rows_bf16(&L->ry);
   for (int64_t r = rb; r < re; ++r) {
+    if (b16) { /* float rows in the double buffers */
+      ln_row_f32(L, row_bf16_in(&L->rx, r, (float*)xrow), (float*)yrow, &L->mu[r], &L->rs[r], NULL);
+      row_bf16_out(&L->ry, r, (float*)yrow);
+      continue;
+    }
     if (f32) {
       const float* x = (const float*)tpu__operand_ptr(L->rx.op) + r * k;
       float* y = (float*)tpu__operand_ptr(L->ry.op) + r * k;
@@ -286,7 +312,8 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
   void* buf[6] = {0};
   L.w = present(&n->in[1]) ? (buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
   L.bb = present(&n->in[2]) ? (buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
-  bool f32 = x->dtype == TPU_DTYPE_F32; /* float rows use float copies (ln_row_f32) */
+  /* float32 and bf16 rows use float copies (ln_row_f32) */
+  bool f32 = x->dtype == TPU_DTYPE_F32 || x->dtype == TPU_DTYPE_BF16;
   L.wf = f32 && present(&n->in[1]) ? (buf[4] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F32)) : NULL;
   L.bf = f32 && present(&n->in[2]) ? (buf[5] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F32)) : NULL;
   L.mu = buf[2] = tpu__malloc(sizeof(double) * cnt1(m));
@@ -394,6 +421,7 @@ static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
   ln_t* L = arg;
   int64_t k = L->k;
   bool f32 = rows_f32(&L->rdy) && rows_f32(&L->rx) && (!L->want_dx || rows_f32(&L->rdx));
+  bool b16 = !f32 && rows_bf16(&L->rdy) && rows_bf16(&L->rx) && (!L->want_dx || rows_bf16(&L->rdx));
   double* dyrow = f32 ? NULL : tpu__malloc(sizeof(double) * cnt1(k));
   double* xrow = f32 ? NULL : tpu__malloc(sizeof(double) * cnt1(k));
   double* dxrow = f32 ? NULL : tpu__malloc(sizeof(double) * cnt1(k));
@@ -407,6 +435,12 @@ static tpu_status_t ln_bwd_groups(void* arg, int64_t gb, int64_t ge, int tid) {
     int64_t r1 = (g + 1) * L->group < L->m ? (g + 1) * L->group : L->m;
     for (int64_t r = g * L->group; r < r1; ++r) {
       double mean = L->smu[r], rstd = L->srs[r];
+      if (b16) { /* float rows in the double buffers */
+        ln_bwd_row_f32(L, row_bf16_in(&L->rdy, r, (float*)dyrow), row_bf16_in(&L->rx, r, (float*)xrow),
+                       L->want_dx ? (float*)dxrow : NULL, dw, db, mean, rstd);
+        if (L->want_dx) row_bf16_out(&L->rdx, r, (float*)dxrow);
+        continue;
+      }
       if (f32) {
         ln_bwd_row_f32(L, (const float*)tpu__operand_ptr(L->rdy.op) + r * k,
                        (const float*)tpu__operand_ptr(L->rx.op) + r * k,
@@ -440,7 +474,8 @@ static tpu_status_t layer_norm_backward_kernel(tpu_node_t* n) {
   L.smu = buf[0] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64);
   L.srs = buf[1] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
   L.w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
-  bool f32 = x->dtype == TPU_DTYPE_F32; /* float rows use a float copy (ln_bwd_row_f32) */
+  /* float32 and bf16 rows use a float copy (ln_bwd_row_f32) */
+  bool f32 = x->dtype == TPU_DTYPE_F32 || x->dtype == TPU_DTYPE_BF16;
   L.wf = f32 && has_w ? (buf[5] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F32)) : NULL;
   L.dwp = buf[3] = tpu__calloc(cnt1(groups * k), sizeof(double));
   L.dbp = buf[4] = tpu__calloc(cnt1(groups * k), sizeof(double));
