@@ -740,10 +740,24 @@ typedef struct scan_s {
   char* y;
   int64_t* idx;
   int64_t inner;
+  bool bf16; /* x and y dense bf16 rows, each widened to a float row buffer and back */
 } scan_t;
+
+static tpu_status_t scan_rows_bf16(const scan_t* S, int64_t jb, int64_t je) {
+  float* buf = tpu__malloc(sizeof(float) * (size_t)(2 * S->inner));
+  if (!buf) return TPU_HOST_NOMEM();
+  for (int64_t j = jb; j < je; ++j) {
+    tpu__convert_run(buf, TPU_DTYPE_F32, 1, (const uint16_t*)S->x + j * S->inner, TPU_DTYPE_BF16, 1, S->inner);
+    scan_row_f32(S->kind, buf, buf + S->inner, NULL, S->inner, NULL);
+    tpu__convert_run((uint16_t*)S->y + j * S->inner, TPU_DTYPE_BF16, 1, buf + S->inner, TPU_DTYPE_F32, 1, S->inner);
+  }
+  tpu__free(buf);
+  return NULL;
+}
 
 static tpu_status_t scan_rows(void* arg, int64_t jb, int64_t je, int tid) {
   scan_t* S = arg;
+  if (S->bf16) return scan_rows_bf16(S, jb, je);
   size_t es = tpu_dtype_size(S->dt);
   for (int64_t j = jb; j < je; ++j) {
     const char* x = S->x + (size_t)(j * S->inner) * es;
@@ -794,6 +808,21 @@ static bool direct_out(const tpu_operand_t* out, const tpu_operand_t* in, tpu_dt
 static tpu_status_t scan_kernel(tpu_node_t* node) {
   tpu_dtype_t dt = buf_dtype(node);
   uint32_t mask = node->in[0].ndim ? 1u << node->ia[0] : 0;
+  const tpu_operand_t *in = &node->in[0], *out = &node->out[0];
+  /* softmax / log_softmax / cumsum ... of dense bf16 rows along the last dim into a dense
+   * bf16 output: row by row through float buffers, no whole-tensor copies (the packed
+   * copy and the double output of a [256, 4096] softmax took 3x PyTorch CPU's time,
+   * most of it in page faults on the fresh scratch) */
+  if (dt == TPU_DTYPE_F32 && node->n_out == 1 && in->dtype == TPU_DTYPE_BF16 && out->dtype == TPU_DTYPE_BF16 &&
+      !in->is_scalar && in->ndim >= 1 && node->ia[0] == in->ndim - 1 &&
+      (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && tpu__operand_is_contiguous(in) &&
+      tpu__operand_is_contiguous(out) && out->value != in->value) {
+    int64_t inner = in->sizes[in->ndim - 1], total = tpu__operand_numel(in), outer = inner ? total / inner : 0;
+    scan_t S = {node->kind, dt, tpu__operand_ptr(in), tpu__operand_ptr(out), NULL, inner, true};
+    if (total == 0) return NULL;
+    return outer > 1 && total >= TPU_PARALLEL_MIN_WORK ? tpu__parallel_for(outer, row_grain(inner), scan_rows, &S)
+                                                       : scan_rows(&S, 0, outer, 0);
+  }
   rows_t r;
   TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], mask, dt, (tpu_dtype_t)node->ia[2], &r));
   int64_t total = r.outer * r.inner;
@@ -805,7 +834,7 @@ static tpu_status_t scan_kernel(tpu_node_t* node) {
     if (!direct) tpu__free(y);
     tpu__free(idx); rows_free(&r); return TPU_HOST_NOMEM();
   }
-  scan_t S = {node->kind, dt, r.data, y, idx, r.inner};
+  scan_t S = {node->kind, dt, r.data, y, idx, r.inner, false};
   tpu_status_t st = r.outer > 1 && total >= TPU_PARALLEL_MIN_WORK
                         ? tpu__parallel_for(r.outer, row_grain(r.inner), scan_rows, &S)
                         : scan_rows(&S, 0, r.outer, 0);
