@@ -76,16 +76,11 @@ static bool rows_open(rows_t* r, tpu_operand_t* op, int64_t m, int64_t k, bool i
   return r->full != NULL;
 }
 
-TPU_ISA_CLONES static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
+static const double* rows_get(const rows_t* r, int64_t i, double* buf) {
   if (r->full) return r->full + i * r->k;
-  if (r->op->dtype == TPU_DTYPE_F32) { /* the common cases, as loops that vectorize */
+  if (r->op->dtype == TPU_DTYPE_F32) { /* the common case, as a loop that vectorizes */
     const float* src = (const float*)tpu__operand_ptr(r->op) + i * r->k;
     for (int64_t j = 0; j < r->k; ++j) buf[j] = src[j];
-    return buf;
-  }
-  if (r->op->dtype == TPU_DTYPE_BF16) {
-    const uint16_t* src = (const uint16_t*)tpu__operand_ptr(r->op) + i * r->k;
-    for (int64_t j = 0; j < r->k; ++j) buf[j] = tpu__bf16_to_f32(src[j]);
     return buf;
   }
   size_t esz = tpu_dtype_size(r->op->dtype);
@@ -93,16 +88,11 @@ TPU_ISA_CLONES static const double* rows_get(const rows_t* r, int64_t i, double*
   return buf;
 }
 
-TPU_ISA_CLONES static void rows_put(rows_t* r, int64_t i, const double* row) {
+static void rows_put(rows_t* r, int64_t i, const double* row) {
   if (r->full) { memcpy(r->full + i * r->k, row, sizeof(double) * (size_t)r->k); return; }
   if (r->op->dtype == TPU_DTYPE_F32) {
     float* dst = (float*)tpu__operand_ptr(r->op) + i * r->k;
     for (int64_t j = 0; j < r->k; ++j) dst[j] = (float)row[j];
-    return;
-  }
-  if (r->op->dtype == TPU_DTYPE_BF16) { /* through float, as every store of a double to bf16 */
-    uint16_t* dst = (uint16_t*)tpu__operand_ptr(r->op) + i * r->k;
-    for (int64_t j = 0; j < r->k; ++j) dst[j] = tpu__f32_to_bf16((float)row[j]);
     return;
   }
   size_t esz = tpu_dtype_size(r->op->dtype);
