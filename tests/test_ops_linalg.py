@@ -134,10 +134,12 @@ def test_products_inplace_and_out(dtype, gen, native):
     torch.addmm(tpu(make((3,), dtype, gen)), tpu(a), tpu(b), out=out)
 
 
-@pytest.mark.parametrize("m, k, n", [(64, 64, 64), (37, 45, 70), (96, 1024, 33), (5, 40, 48)])
+@pytest.mark.parametrize("m, k, n", [(64, 64, 64), (37, 45, 70), (96, 1024, 33), (5, 40, 48), (64, 2048, 64),
+                                     (40, 2100, 70)])
 def test_bf16_products_rounded_as_stored(m, k, n, gen, native):
     """bf16 products big enough for the native kernel's tiles, whole and partial blocks,
-    with the bf16 result rounded as the kernel stores it (mm, bmm, linear with a
+    K past one pass of the AMX kernel (1024), with the bf16 result rounded as the kernel
+    stores it (mm, bmm, linear with a
     transposed weight, baddbmm with beta 0 and alpha 2, a non-contiguous out): against
     PyTorch CPU, and bit for bit against the same product through the f32 path (addmm
     with a zero C keeps the f32 scratch and rounds once afterwards)."""

@@ -15,8 +15,9 @@
  * its tiles straight into an f32 C (alpha 1, beta 0), or through a small buffer that
  * scales, adds beta C or rounds to bf16 (c16). Like vdpbf16ps, tdpbf16ps treats denormal
  * inputs as zero; products are exact in f32 and only the summation order differs from
- * the other paths. Every element of C is one block's sum over all of K, whichever
- * thread runs it, so results do not depend on the thread count.
+ * the other paths. Every element of C is one block's sum over its K pass (long K runs
+ * in passes of 1024, added up in f32: tpu__gemm_amx), whichever thread runs it, so
+ * results do not depend on the thread count.
  *
  * Linux gives a process the tile state only on request (arch_prctl
  * ARCH_REQ_XCOMP_PERM for XTILEDATA); each thread loads a tile configuration before its
@@ -58,6 +59,7 @@ typedef struct amx_gemm_s {
   int64_t chunk; /* held tile-pairs per chunk */
   uint16_t* c16; /* when set, C is bf16 here (row stride ldc), rounded as blocks are stored */
   bool store_direct; /* f32 C = A B (alpha 1, beta 0): whole blocks go from the tiles to C */
+  bool accumulate;   /* f32 C += A B (alpha 1, beta 1): whole blocks start from C's tiles */
 } amx_gemm_t;
 
 /* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..].
@@ -209,10 +211,23 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
       p0 = g->pb + (2 * bj) * tstride;
     }
     const uint16_t* p1 = p0 + tstride;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
+    int64_t i0 = bi * 2 * TROWS, j0 = bj * 2 * TROWS;
+    int64_t rows = g->M - i0 < 2 * TROWS ? g->M - i0 : 2 * TROWS;
+    int64_t cols = g->N - j0 < 2 * TROWS ? g->N - j0 : 2 * TROWS;
+    bool whole = rows == 2 * TROWS && cols == 2 * TROWS;
+    float* c = g->c16 ? NULL : g->c + i0 * g->ldc + j0;
+    int64_t ld = g->ldc * (int64_t)sizeof(float);
+    if (g->accumulate && whole) {
+      _tile_loadd(0, c, ld);
+      _tile_loadd(1, c + TROWS, ld);
+      _tile_loadd(2, c + TROWS * g->ldc, ld);
+      _tile_loadd(3, c + TROWS * g->ldc + TROWS, ld);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
     for (int64_t k = 0; k < g->kt; ++k) {
       _tile_loadd(4, a0 + k * TILE_ELEMS, 64);
       _tile_loadd(5, a1 + k * TILE_ELEMS, 64);
@@ -223,24 +238,23 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
-    int64_t i0 = bi * 2 * TROWS, j0 = bj * 2 * TROWS;
-    int64_t rows = g->M - i0 < 2 * TROWS ? g->M - i0 : 2 * TROWS;
-    int64_t cols = g->N - j0 < 2 * TROWS ? g->N - j0 : 2 * TROWS;
-    if (g->c16) { /* beta is 0 */
+    if (g->c16) { /* plus beta times the f32 partial sums in c, when a K pass left some */
       _tile_stored(0, &out[0][0], sizeof out[0]);
       _tile_stored(1, &out[0][TROWS], sizeof out[0]);
       _tile_stored(2, &out[TROWS][0], sizeof out[0]);
       _tile_stored(3, &out[TROWS][TROWS], sizeof out[0]);
       for (int64_t r = 0; r < rows; ++r) {
         uint16_t* crow = g->c16 + (i0 + r) * g->ldc + j0;
-        for (int64_t q = 0; q < cols; ++q) crow[q] = tpu__f32_to_bf16(g->alpha * out[r][q]);
+        const float* prow = g->beta == 0.0f ? NULL : g->c + (i0 + r) * g->ldc + j0;
+        if (prow)
+          for (int64_t q = 0; q < cols; ++q) crow[q] = tpu__f32_to_bf16(g->alpha * out[r][q] + g->beta * prow[q]);
+        else
+          for (int64_t q = 0; q < cols; ++q) crow[q] = tpu__f32_to_bf16(g->alpha * out[r][q]);
       }
       continue;
     }
-    float* c = g->c + i0 * g->ldc + j0;
-    if (g->store_direct && rows == 2 * TROWS && cols == 2 * TROWS) {
-      /* C = A B: the accumulators go straight to C */
-      int64_t ld = g->ldc * (int64_t)sizeof(float);
+    if ((g->store_direct || g->accumulate) && whole) {
+      /* the accumulators go straight to C */
       _tile_stored(0, c, ld);
       _tile_stored(1, c + TROWS, ld);
       _tile_stored(2, c + TROWS * g->ldc, ld);
@@ -263,9 +277,10 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
   return NULL;
 }
 
-tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
-                           int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
-                           uint16_t* c16, int64_t ldc) {
+/* One product over all of its K (tpu__gemm_amx splits long K into passes). */
+static tpu_status_t amx_pass(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
+                             int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
+                             uint16_t* c16, int64_t ldc) {
   amx_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                   .alpha = alpha, .beta = beta, .c = c, .c16 = c16, .ldc = ldc};
   g.mt = (M + 2 * TROWS - 1) / (2 * TROWS) * 2;
@@ -296,7 +311,8 @@ tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const u
   g.pbt = in_loop ? g.pa + na / sizeof(uint16_t) : NULL;
   g.pbt_elems = (int64_t)(nbt / sizeof(uint16_t));
   int64_t blocks = (g.mt / 2) * (g.nt / 2);
-  g.store_direct = alpha == 1.0f && beta == 0.0f;
+  g.store_direct = !c16 && alpha == 1.0f && beta == 0.0f;
+  g.accumulate = !c16 && alpha == 1.0f && beta == 1.0f;
   tpu_status_t st = serial ? pack_a(&g, 0, g.mt, 0) : tpu__parallel_for(g.mt, 1, pack_a, &g);
   if (!st && !in_loop) {
     tpu_parallel_fn pb = sbn == 1 ? pack_b_ktiles : pack_b_pairs;
@@ -305,5 +321,35 @@ tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const u
   }
   if (!st) st = serial ? run_blocks(&g, 0, blocks, 0) : tpu__parallel_for(blocks, 1, run_blocks, &g);
   tpu__free(buf);
+  return st;
+}
+
+/* Long K runs in passes of at most PASS_KT tiles (1024 values), each a product over its
+ * slice of K added into C: pass 1 stores alpha A1 B1 + beta C, the later ones add alpha
+ * Ap Bp with beta 1 (whole blocks start from C's tiles). A pass's operands are a quarter
+ * of a K = 4096 product's, so a chunk holds four times as many B tile pairs and A streams
+ * a quarter as often (512x4096x1024 read 64 MiB of A tiles in one pass). A bf16 result
+ * collects the passes in f32 scratch and is rounded by the last one. The passes depend
+ * on K alone, so results still do not depend on the thread count. */
+#define PASS_KT 32
+
+tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a, int64_t sam,
+                           int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
+                           uint16_t* c16, int64_t ldc) {
+  int64_t kt = (K + TK - 1) / TK, passes = (kt + PASS_KT - 1) / PASS_KT;
+  if (passes <= 1) return amx_pass(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, c16, ldc);
+  uint64_t nacc;
+  if (c16 && !tpu__mul_ok((uint64_t)M, (uint64_t)ldc * sizeof(float), &nacc)) return TPU_HOST_NOMEM();
+  float* acc = c16 ? tpu__malloc((size_t)nacc) : c;
+  if (!acc) return TPU_HOST_NOMEM();
+  tpu_status_t st = NULL;
+  for (int64_t p = 0; p < passes && !st; ++p) {
+    int64_t k0 = kt * p / passes * TK, k1 = kt * (p + 1) / passes * TK;
+    if (k1 > K) k1 = K;
+    bool last = p == passes - 1;
+    st = amx_pass(M, N, k1 - k0, alpha, a + k0 * sak, sam, sak, b + k0 * sbk, sbk, sbn,
+                  p == 0 ? (c16 ? 0.0f : beta) : 1.0f, acc, last ? c16 : NULL, ldc);
+  }
+  if (c16) tpu__free(acc);
   return st;
 }
