@@ -321,6 +321,7 @@ static double f_norm(frow_t x, int64_t n, double p) {
 typedef struct red_s {
   tpu_node_t* node;
   const void* data;
+  const uint16_t* bf16; /* instead of data: dense bf16 rows, widened to float as they are read */
   bool fl, f32;
   int64_t inner;
   double *fo, *fo1;
@@ -335,18 +336,24 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   double *fo = R->fo, *fo1 = R->fo1;
   int64_t *io = R->io, *io1 = R->io1;
   tpu_kind_t k = node->kind;
+  /* bf16 rows: four (or one) at a time into a float buffer, then the float32 code */
+  float* fbuf = R->bf16 ? tpu__malloc(sizeof(float) * (size_t)(4 * (inner ? inner : 1))) : NULL;
+  if (R->bf16 && !fbuf) return TPU_HOST_NOMEM();
+#define ROWS_AT(j, n) (R->bf16 ? (tpu__convert_run(fbuf, TPU_DTYPE_F32, 1, R->bf16 + (j) * inner, TPU_DTYPE_BF16, 1, \
+                                                   (n) * inner), frow(fbuf, true, 0))                              \
+                               : frow(R->data, R->f32, (j) * inner))
   /* Sums of short rows four at a time (fr_sum of one group, four read streams). */
   bool sum = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN;
   int sum_mode = k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN;
   if (fl && sum && inner <= SUPER)
     for (; jb + 4 <= je; jb += 4) {
       double s[4];
-      fr_blocks4(frow(R->data, R->f32, jb * inner), inner, inner, sum_mode, 0, s);
+      fr_blocks4(ROWS_AT(jb, 4), inner, inner, sum_mode, 0, s);
       for (int q = 0; q < 4; ++q) fo[jb + q] = k == TPU_KIND_RED_MEAN ? s[q] / (double)inner : s[q];
     }
   for (int64_t j = jb; j < je; ++j) {
-    frow_t fx = fl ? frow(R->data, R->f32, j * inner) : frow(NULL, false, 0);
-    const int64_t* ix = (const int64_t*)R->data + j * inner;
+    frow_t fx = fl ? ROWS_AT(j, 1) : frow(NULL, false, 0);
+    const int64_t* ix = fl ? NULL : (const int64_t*)R->data + j * inner;
     switch (k) {
       case TPU_KIND_RED_SUM:
       case TPU_KIND_RED_NANSUM:
@@ -423,6 +430,8 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
         break;
     }
   }
+#undef ROWS_AT
+  tpu__free(fbuf);
   return NULL;
 }
 
@@ -487,6 +496,15 @@ static bool leading_dims_reduced(const tpu_operand_t* op, uint32_t mask, int64_t
   return true;
 }
 
+/* The dims in mask are the trailing ones (rows in place, in order). */
+static bool trailing_dims_reduced(const tpu_operand_t* op, uint32_t mask) {
+  int d = 0;
+  while (d < op->ndim && !(mask & (1u << d))) ++d;
+  for (; d < op->ndim; ++d)
+    if (!(mask & (1u << d))) return false;
+  return true;
+}
+
 static tpu_status_t column_sum_kernel(tpu_node_t* node, tpu_dtype_t dt, int64_t nred, int64_t cols) {
   double* acc = alloc8(cols);
   if (!acc) return TPU_HOST_NOMEM();
@@ -513,8 +531,22 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
       (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && !in->is_scalar &&
       tpu__operand_is_contiguous(in) && leading_dims_reduced(in, (uint32_t)node->ia[0], &nred, &cols))
     return column_sum_kernel(node, dt, nred, cols);
-  rows_t r;
-  TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
+  /* dense bf16 rows of at most SUPER elements (the trailing dims reduced) are read in
+   * place, widened four rows or one at a time: no packed copy of the whole tensor. (A
+   * longer row would need its whole float copy too, so it keeps the packed path.) */
+  rows_t r = {0};
+  bool b16 = fl && dt == TPU_DTYPE_F32 && in->dtype == TPU_DTYPE_BF16 && !in->is_scalar &&
+             (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && tpu__operand_is_contiguous(in) &&
+             trailing_dims_reduced(in, (uint32_t)node->ia[0]);
+  if (b16) {
+    r.outer = 1;
+    for (int d = 0; d < in->ndim && !((uint32_t)node->ia[0] & (1u << d)); ++d) r.outer *= in->sizes[d];
+    r.inner = r.outer ? tpu__operand_numel(in) / r.outer : 0;
+    b16 = r.inner <= SUPER;
+  }
+  if (!b16) {
+    TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
+  }
   int64_t outer = r.outer, inner = r.inner;
   void* o0 = alloc8(outer);
   void* o1 = node->n_out > 1 ? alloc8(outer) : NULL;
@@ -523,7 +555,8 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
     return TPU_HOST_NOMEM();
   }
   tpu_kind_t k = node->kind;
-  red_t R = {node, r.data, fl, dt == TPU_DTYPE_F32, inner, o0, o1, o0, o1};
+  red_t R = {node, r.data, b16 ? (const uint16_t*)tpu__operand_ptr(in) : NULL, fl, dt == TPU_DTYPE_F32, inner,
+             o0, o1, o0, o1};
   tpu_status_t st = outer > 1 && outer * inner >= TPU_PARALLEL_MIN_WORK
                         ? tpu__parallel_for(outer, row_grain(inner), reduce_rows, &R)
                         : reduce_rows(&R, 0, outer, 0);
