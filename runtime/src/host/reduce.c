@@ -328,6 +328,13 @@ typedef struct red_s {
   int64_t *io, *io1;
 } red_t;
 
+/* Float rows j .. j + n - 1: in place, or bf16 ones widened into fbuf. */
+static frow_t rows_at(const red_t* R, float* fbuf, int64_t j, int64_t n) {
+  if (!R->bf16) return frow(R->data, R->f32, j * R->inner);
+  tpu__convert_run(fbuf, TPU_DTYPE_F32, 1, R->bf16 + j * R->inner, TPU_DTYPE_BF16, 1, n * R->inner);
+  return frow(fbuf, true, 0);
+}
+
 static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   red_t* R = arg;
   tpu_node_t* node = R->node;
@@ -339,20 +346,17 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   /* bf16 rows: four (or one) at a time into a float buffer, then the float32 code */
   float* fbuf = R->bf16 ? tpu__malloc(sizeof(float) * (size_t)(4 * (inner ? inner : 1))) : NULL;
   if (R->bf16 && !fbuf) return TPU_HOST_NOMEM();
-#define ROWS_AT(j, n) (R->bf16 ? (tpu__convert_run(fbuf, TPU_DTYPE_F32, 1, R->bf16 + (j) * inner, TPU_DTYPE_BF16, 1, \
-                                                   (n) * inner), frow(fbuf, true, 0))                              \
-                               : frow(R->data, R->f32, (j) * inner))
   /* Sums of short rows four at a time (fr_sum of one group, four read streams). */
   bool sum = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN;
   int sum_mode = k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN;
   if (fl && sum && inner <= SUPER)
     for (; jb + 4 <= je; jb += 4) {
       double s[4];
-      fr_blocks4(ROWS_AT(jb, 4), inner, inner, sum_mode, 0, s);
+      fr_blocks4(rows_at(R, fbuf, jb, 4), inner, inner, sum_mode, 0, s);
       for (int q = 0; q < 4; ++q) fo[jb + q] = k == TPU_KIND_RED_MEAN ? s[q] / (double)inner : s[q];
     }
   for (int64_t j = jb; j < je; ++j) {
-    frow_t fx = fl ? ROWS_AT(j, 1) : frow(NULL, false, 0);
+    frow_t fx = fl ? rows_at(R, fbuf, j, 1) : frow(NULL, false, 0);
     const int64_t* ix = fl ? NULL : (const int64_t*)R->data + j * inner;
     switch (k) {
       case TPU_KIND_RED_SUM:
@@ -430,7 +434,6 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
         break;
     }
   }
-#undef ROWS_AT
   tpu__free(fbuf);
   return NULL;
 }
