@@ -186,22 +186,6 @@ TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode
     for (int q = 0; q < 4; ++q) out[q] = 0;                                                \
     lane_sums_##SFX(x, stride, 4, n, mode, a, out);                                        \
   }                                                                                        \
-  static double f_max_##SFX(const T* x, int64_t n) {                                       \
-    double m = -INFINITY;                                                                  \
-    for (int64_t i = 0; i < n; ++i) {                                                      \
-      if (isnan(x[i])) return x[i];                                                        \
-      if (x[i] > m) m = x[i];                                                              \
-    }                                                                                      \
-    return m;                                                                              \
-  }                                                                                        \
-  static double f_min_##SFX(const T* x, int64_t n) {                                       \
-    double m = INFINITY;                                                                   \
-    for (int64_t i = 0; i < n; ++i) {                                                      \
-      if (isnan(x[i])) return x[i];                                                        \
-      if (x[i] < m) m = x[i];                                                              \
-    }                                                                                      \
-    return m;                                                                              \
-  }                                                                                        \
   /* First index of the extreme value; a NaN wins and its first index is taken. */         \
   static int64_t f_arg_##SFX(const T* x, int64_t n, bool want_max) {                       \
     int64_t best = 0;                                                                      \
@@ -280,8 +264,44 @@ static double fr_sum(frow_t x, int64_t n, int mode, double a) {
   return tot;
 }
 
-static double fr_max(frow_t r, int64_t n) { return r.fs ? f_max_f32(r.fs, n) : f_max_f64(r.fd, n); }
-static double fr_min(frow_t r, int64_t n) { return r.fs ? f_min_f32(r.fs, n) : f_min_f64(r.fd, n); }
+/* The largest (smallest) element of a row, NaN if any: two 32-byte vectors of L running
+ * extremes (GCC vectors of a size every x86-64 clone keeps in registers, host/vmath.h,
+ * with NaN lanes tracked in a mask: the element-wise ternary form stayed scalar), then
+ * their extreme; max and min are exact, so the order does not matter. (amax/amin rows
+ * used a scalar loop that converted every element to double: ~1 ns per element.) */
+#define ROW_EXT(T, SFX, VT, IT, L, NAME, GT, START)                                         \
+  TPU_ISA_CLONES static double row_##NAME##_##SFX(const T* x, int64_t n) {                 \
+    VT acc0, acc1;                                                                          \
+    IT nan = {0};                                                                           \
+    for (int l = 0; l < L; ++l) acc0[l] = acc1[l] = (T)(START);                             \
+    int64_t i = 0;                                                                          \
+    for (; i + 2 * L <= n; i += 2 * L) {                                                    \
+      VT v, u;                                                                              \
+      memcpy(&v, x + i, sizeof v);                                                          \
+      memcpy(&u, x + i + L, sizeof u);                                                      \
+      IT gt = v GT acc0, gu = u GT acc1;                                                    \
+      acc0 = (VT)(((IT)v & gt) | ((IT)acc0 & ~gt));                                         \
+      acc1 = (VT)(((IT)u & gu) | ((IT)acc1 & ~gu));                                         \
+      nan |= (v != v) | (u != u);                                                           \
+    }                                                                                       \
+    T m = (T)(START);                                                                       \
+    bool any_nan = false;                                                                   \
+    for (int l = 0; l < L; ++l) {                                                           \
+      m = acc0[l] GT m ? acc0[l] : m;                                                       \
+      m = acc1[l] GT m ? acc1[l] : m;                                                       \
+      any_nan |= nan[l] != 0;                                                               \
+    }                                                                                       \
+    for (; i < n; ++i) { any_nan |= x[i] != x[i]; m = x[i] GT m ? x[i] : m; }               \
+    return any_nan ? (double)NAN : (double)m;                                               \
+  }
+ROW_EXT(float, f32, v8f, v8i, 8, max, >, -INFINITY)
+ROW_EXT(double, f64, v4d, v4l, 4, max, >, -INFINITY)
+ROW_EXT(float, f32, v8f, v8i, 8, min, <, INFINITY)
+ROW_EXT(double, f64, v4d, v4l, 4, min, <, INFINITY)
+#undef ROW_EXT
+
+static double fr_max(frow_t r, int64_t n) { return r.fs ? row_max_f32(r.fs, n) : row_max_f64(r.fd, n); }
+static double fr_min(frow_t r, int64_t n) { return r.fs ? row_min_f32(r.fs, n) : row_min_f64(r.fd, n); }
 static int64_t fr_arg(frow_t r, int64_t n, bool mx) { return r.fs ? f_arg_f32(r.fs, n, mx) : f_arg_f64(r.fd, n, mx); }
 
 static int64_t i_arg(const int64_t* x, int64_t n, bool want_max) {
@@ -590,37 +610,6 @@ static inline double log_add_exp(double a, double b) {
 
 /* Float rows are read and written in the row dtype (T = float or double); the running
  * values are double. */
-/* The largest element of a row, NaN if any: two 32-byte vectors of L running maxima
- * (GCC vectors of a size every x86-64 clone keeps in registers, host/vmath.h, with NaN
- * lanes tracked in a mask: the element-wise ternary form stayed scalar), then their
- * maximum; max is exact, so the order does not matter. */
-#define ROW_MAX(T, SFX, VT, IT, L)                                                          \
-  TPU_ISA_CLONES static double row_max_##SFX(const T* x, int64_t n) {                      \
-    VT acc0, acc1;                                                                          \
-    IT nan = {0};                                                                           \
-    for (int l = 0; l < L; ++l) acc0[l] = acc1[l] = -(T)INFINITY;                           \
-    int64_t i = 0;                                                                          \
-    for (; i + 2 * L <= n; i += 2 * L) {                                                    \
-      VT v, u;                                                                              \
-      memcpy(&v, x + i, sizeof v);                                                          \
-      memcpy(&u, x + i + L, sizeof u);                                                      \
-      IT gt = v > acc0, gu = u > acc1;                                                      \
-      acc0 = (VT)(((IT)v & gt) | ((IT)acc0 & ~gt));                                         \
-      acc1 = (VT)(((IT)u & gu) | ((IT)acc1 & ~gu));                                         \
-      nan |= (v != v) | (u != u);                                                           \
-    }                                                                                       \
-    T m = -(T)INFINITY;                                                                     \
-    bool any_nan = false;                                                                   \
-    for (int l = 0; l < L; ++l) {                                                           \
-      m = acc0[l] > m ? acc0[l] : m;                                                        \
-      m = acc1[l] > m ? acc1[l] : m;                                                        \
-      any_nan |= nan[l] != 0;                                                               \
-    }                                                                                       \
-    for (; i < n; ++i) { any_nan |= x[i] != x[i]; m = x[i] > m ? x[i] : m; }                \
-    return any_nan ? (double)NAN : (double)m;                                               \
-  }
-ROW_MAX(float, f32, v8f, v8i, 8)
-ROW_MAX(double, f64, v4d, v4l, 4)
 
 /* Softmax and log_softmax of one row: the max (exact, any order), then e^(x - max) summed
  * in double, then one scaling pass. Float rows, which are what the bandwidth benchmark
