@@ -11,8 +11,8 @@
  * that holds chunks of the larger operand in cache while the smaller one streams past
  * them (block_at). A is packed whole up front; B too when it is the streamed operand,
  * and when it is the held one each thread packs a chunk into its own buffer just before
- * the chunk's first block, so packed B never goes out to memory. A block is stored from
- * its tiles straight into an f32 C (alpha 1, beta 0), or through a small buffer that
+ * the chunk's first block, so packed B never goes out to memory. A block goes between
+ * its tiles and an f32 C directly (alpha 1, beta 0 or 1), or through a small buffer that
  * scales, adds beta C or rounds to bf16 (c16). Like vdpbf16ps, tdpbf16ps treats denormal
  * inputs as zero; products are exact in f32 and only the summation order differs from
  * the other paths. Every element of C is one block's sum over its K pass (long K runs
@@ -58,9 +58,18 @@ typedef struct amx_gemm_s {
   bool hold_b;  /* blocks ordered to hold B's tile columns in cache (block_at) */
   int64_t chunk; /* held tile-pairs per chunk */
   uint16_t* c16; /* when set, C is bf16 here (row stride ldc), rounded as blocks are stored */
-  bool store_direct; /* f32 C = A B (alpha 1, beta 0): whole blocks go from the tiles to C */
-  bool accumulate;   /* f32 C += A B (alpha 1, beta 1): whole blocks start from C's tiles */
+  bool direct; /* f32 C = A B or C += A B (alpha 1, beta 0 or 1): whole blocks start from
+                * C's tiles (beta 1) and go from the tiles straight back to C */
 } amx_gemm_t;
+
+/* One 16-lane column of whole-K tiles at d (kt tiles, pairs past K zero) from n <= 16
+ * lines X[l][k] = base[l * sl + k * sk] (tpu__bf16_pack_pairs); n <= 0: all zero. */
+static void pack_pair_tiles(const amx_gemm_t* g, uint32_t* d, const uint16_t* base, int64_t sl, int64_t sk,
+                            int64_t n) {
+  int64_t words = g->kt * TILE_ELEMS / 2, done = n > 0 ? (g->K + 1) / 2 * TROWS : 0;
+  if (n > 0) tpu__bf16_pack_pairs(d, TROWS, base, sl, sk, (int)n, g->K);
+  memset(d + done, 0, (size_t)(words - done) * sizeof(uint32_t));
+}
 
 /* Row tile i of A: 16 rows x all K tiles, row r of tile (i, k) holding A[16i + r][32k ..].
  * Rows contiguous in K are copied 32 values at a time. Transposed A (rows adjacent: a
@@ -69,14 +78,11 @@ typedef struct amx_gemm_s {
 static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
   (void)tid;
   const amx_gemm_t* g = ctx;
-  int64_t words = g->kt * TILE_ELEMS / 2;
   for (int64_t i = i0; i < i1; ++i) {
     uint16_t* dst = g->pa + i * g->kt * TILE_ELEMS;
     int64_t rows = g->M - i * TROWS < TROWS ? g->M - i * TROWS : TROWS;
     if (g->sam == 1 && g->sak != 1 && rows > 0) {
-      int64_t done = (g->K + 1) / 2 * TROWS;
-      tpu__bf16_pack_pairs((uint32_t*)dst, TROWS, g->a + i * TROWS, 1, g->sak, (int)rows, g->K);
-      memset((uint32_t*)dst + done, 0, (size_t)(words - done) * sizeof(uint32_t));
+      pack_pair_tiles(g, (uint32_t*)dst, g->a + i * TROWS, 1, g->sak, rows);
       for (int64_t k = 0; k < g->kt; ++k) tpu__transpose_words16((uint32_t*)(dst + k * TILE_ELEMS));
       continue;
     }
@@ -107,16 +113,9 @@ static tpu_status_t pack_a(void* ctx, int64_t i0, int64_t i1, int tid) {
 static void pack_b_part(const amx_gemm_t* g, uint16_t* dst, int64_t j0, int64_t j1, int64_t k0, int64_t k1) {
   int64_t words = g->kt * TILE_ELEMS / 2;
   if (g->sbn != 1) {
-    int64_t kp = (g->K + 1) / 2;
-    for (int64_t j = j0; j < j1; ++j) {
-      uint32_t* d = (uint32_t*)dst + (j - j0) * words;
-      int64_t c0 = j * TROWS, n = g->N - c0 < TROWS ? g->N - c0 : TROWS, done = 0;
-      if (n > 0) {
-        tpu__bf16_pack_pairs(d, TROWS, g->b + c0 * g->sbn, g->sbn, g->sbk, (int)n, g->K);
-        done = kp * TROWS;
-      }
-      memset(d + done, 0, (size_t)(words - done) * sizeof(uint32_t));
-    }
+    for (int64_t j = j0; j < j1; ++j)
+      pack_pair_tiles(g, (uint32_t*)dst + (j - j0) * words, g->b + j * TROWS * g->sbn, g->sbn, g->sbk,
+                      g->N - j * TROWS < TROWS ? g->N - j * TROWS : TROWS);
     return;
   }
   for (int64_t k = k0; k < k1; ++k) {
@@ -214,10 +213,10 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
     int64_t i0 = bi * 2 * TROWS, j0 = bj * 2 * TROWS;
     int64_t rows = g->M - i0 < 2 * TROWS ? g->M - i0 : 2 * TROWS;
     int64_t cols = g->N - j0 < 2 * TROWS ? g->N - j0 : 2 * TROWS;
-    bool whole = rows == 2 * TROWS && cols == 2 * TROWS;
+    bool direct = g->direct && rows == 2 * TROWS && cols == 2 * TROWS;
     float* c = g->c16 ? NULL : g->c + i0 * g->ldc + j0;
     int64_t ld = g->ldc * (int64_t)sizeof(float);
-    if (g->accumulate && whole) {
+    if (direct && g->beta != 0.0f) {
       _tile_loadd(0, c, ld);
       _tile_loadd(1, c + TROWS, ld);
       _tile_loadd(2, c + TROWS * g->ldc, ld);
@@ -238,23 +237,7 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
       _tile_dpbf16ps(2, 5, 6);
       _tile_dpbf16ps(3, 5, 7);
     }
-    if (g->c16) { /* plus beta times the f32 partial sums in c, when a K pass left some */
-      _tile_stored(0, &out[0][0], sizeof out[0]);
-      _tile_stored(1, &out[0][TROWS], sizeof out[0]);
-      _tile_stored(2, &out[TROWS][0], sizeof out[0]);
-      _tile_stored(3, &out[TROWS][TROWS], sizeof out[0]);
-      for (int64_t r = 0; r < rows; ++r) {
-        uint16_t* crow = g->c16 + (i0 + r) * g->ldc + j0;
-        const float* prow = g->beta == 0.0f ? NULL : g->c + (i0 + r) * g->ldc + j0;
-        if (prow)
-          for (int64_t q = 0; q < cols; ++q) crow[q] = tpu__f32_to_bf16(g->alpha * out[r][q] + g->beta * prow[q]);
-        else
-          for (int64_t q = 0; q < cols; ++q) crow[q] = tpu__f32_to_bf16(g->alpha * out[r][q]);
-      }
-      continue;
-    }
-    if ((g->store_direct || g->accumulate) && whole) {
-      /* the accumulators go straight to C */
+    if (direct) { /* the accumulators go straight to C */
       _tile_stored(0, c, ld);
       _tile_stored(1, c + TROWS, ld);
       _tile_stored(2, c + TROWS * g->ldc, ld);
@@ -265,12 +248,17 @@ AMX_TARGET static tpu_status_t run_blocks(void* ctx, int64_t b0, int64_t b1, int
     _tile_stored(1, &out[0][TROWS], sizeof out[0]);
     _tile_stored(2, &out[TROWS][0], sizeof out[0]);
     _tile_stored(3, &out[TROWS][TROWS], sizeof out[0]);
+    /* alpha A B + beta C into C, or into c16 rounded to bf16 (C then holds the f32 sums
+     * of earlier K passes, if any); with beta 0, C is not read: NaN there must not reach
+     * the result */
     for (int64_t r = 0; r < rows; ++r) {
-      float* crow = c + r * g->ldc;
-      if (g->beta == 0.0f) /* C is not read: NaN there must not reach the result */
-        for (int64_t q = 0; q < cols; ++q) crow[q] = g->alpha * out[r][q];
+      const float* prev = g->beta == 0.0f ? NULL : g->c + (i0 + r) * g->ldc + j0;
+      float v[2 * TROWS];
+      for (int64_t q = 0; q < cols; ++q) v[q] = prev ? g->alpha * out[r][q] + g->beta * prev[q] : g->alpha * out[r][q];
+      if (g->c16)
+        for (int64_t q = 0; q < cols; ++q) g->c16[(i0 + r) * g->ldc + j0 + q] = tpu__f32_to_bf16(v[q]);
       else
-        for (int64_t q = 0; q < cols; ++q) crow[q] = g->alpha * out[r][q] + g->beta * crow[q];
+        memcpy(c + r * g->ldc, v, (size_t)cols * sizeof(float));
     }
   }
   _tile_release();
@@ -311,8 +299,7 @@ static tpu_status_t amx_pass(int64_t M, int64_t N, int64_t K, float alpha, const
   g.pbt = in_loop ? g.pa + na / sizeof(uint16_t) : NULL;
   g.pbt_elems = (int64_t)(nbt / sizeof(uint16_t));
   int64_t blocks = (g.mt / 2) * (g.nt / 2);
-  g.store_direct = !c16 && alpha == 1.0f && beta == 0.0f;
-  g.accumulate = !c16 && alpha == 1.0f && beta == 1.0f;
+  g.direct = !c16 && alpha == 1.0f && (beta == 0.0f || beta == 1.0f);
   tpu_status_t st = serial ? pack_a(&g, 0, g.mt, 0) : tpu__parallel_for(g.mt, 1, pack_a, &g);
   if (!st && !in_loop) {
     tpu_parallel_fn pb = sbn == 1 ? pack_b_ktiles : pack_b_pairs;

@@ -547,6 +547,15 @@ BF16_TARGET static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, floa
   return st;
 }
 
+/* Few rows: dot products win up to 4 rows, the widened-row FMAs (half the vdpbf16ps rate)
+ * up to 2 (measured against the packed path). */
+static bool small_product(int64_t M, int64_t sbk, int64_t sbn) { return sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2; }
+
+/* tpu__gemm_bf16_out16 (host.h): the AMX path, which takes every product past a few rows. */
+bool tpu__gemm_bf16_out16(int64_t M, int64_t sbk, int64_t sbn) {
+  return !small_product(M, sbk, sbn) && tpu__gemm_bf16_amx();
+}
+
 BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                             float beta, float* c, uint16_t* c16, int64_t ldc) {
@@ -554,21 +563,8 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
                    .sak = sak, .sbk = sbk, .sbn = sbn, .alpha = alpha, .beta = beta, .c = c,
                    .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
-  /* measured against the packed path: dot products win up to 4 rows, the widened-row
-   * FMAs (half the vdpbf16ps rate) up to 2 */
-  bool small = sbk == 1 ? M <= SMALL_M : sbn == 1 && M <= 2;
-  bool amx = !small && tpu__gemm_bf16_amx();
-  if (amx) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, c16, ldc);
-  if (c16) { /* the AMX path rounds as it stores; the others go through an f32 product */
-    float* t = tpu__malloc((size_t)(M * N) * sizeof(float));
-    if (!t) return TPU_HOST_NOMEM();
-    tpu_status_t st = tpu__gemm_bf16(M, N, K, alpha, a, sam, sak, b, sbk, sbn, 0.0f, t, NULL, N);
-    for (int64_t i = 0; !st && i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) c16[i * ldc + j] = tpu__f32_to_bf16(t[i * N + j]);
-    tpu__free(t);
-    return st;
-  }
-  if (small) return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
+  if (tpu__gemm_bf16_out16(M, sbk, sbn)) return tpu__gemm_amx(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, c16, ldc);
+  if (small_product(M, sbk, sbn)) return gemm_small(M, N, K, alpha, a, sam, sak, b, sbk, sbn, beta, c, ldc);
   int64_t ma = (M + MR - 1) / MR;
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;

@@ -195,7 +195,10 @@ tpu_status_t tpu__gemm_amx(int64_t M, int64_t N, int64_t K, float alpha, const u
                            int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn, float beta, float* c,
                            uint16_t* c16, int64_t ldc);
 /* c16: when not NULL (then beta is 0 and c unused), the result is rounded to bf16 (to
- * nearest even, as a store of the f32 result would) and stored there, row stride ldc. */
+ * nearest even, as a store of the f32 result would) and stored there, row stride ldc;
+ * only where tpu__gemm_bf16_out16(M, sbk, sbn), i.e. on the AMX path (the other paths
+ * store f32, their callers round). */
+bool tpu__gemm_bf16_out16(int64_t M, int64_t sbk, int64_t sbn);
 tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float alpha, const uint16_t* a,
                             int64_t sam, int64_t sak, const uint16_t* b, int64_t sbk, int64_t sbn,
                             float beta, float* c, uint16_t* c16, int64_t ldc);

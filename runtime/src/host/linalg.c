@@ -252,10 +252,10 @@ typedef struct bgemm_s {
 static tpu_status_t gemm_batches(void* arg, int64_t ib, int64_t ie, int tid) {
   bgemm_t* g = arg;
   const tpu_operand_t *A = &g->n->in[0], *B = &g->n->in[1];
-  size_t csz = g->out16 ? sizeof(uint16_t) : tpu_dtype_size(g->cd);
+  size_t csz = tpu_dtype_size(g->cd);
   int64_t M = g->M, N = g->N;
   for (int64_t i = ib; i < ie; ++i) {
-    char* ci = g->acc + (size_t)((g->reduce ? 0 : i) * M * N) * csz;
+    char* ci = g->acc + (size_t)((g->reduce ? 0 : i) * M * N) * (g->out16 ? sizeof(uint16_t) : csz);
     /* beta scales C once; later batches of addbmm accumulate with beta 1. */
     double bb = g->reduce && i > 0 ? 1.0 : g->beta;
     if (g->native) {
@@ -295,11 +295,12 @@ static tpu_status_t gemm_kernel(tpu_node_t* n) {
   double alpha = tpu_dtype_is_floating(cd) ? n->da[0] : (double)n->ia[1];
   bool native = product && gemm_native_bf16(n, alpha);
   /* The product accumulates straight into a dense output of the compute dtype that no
-   * input shares; otherwise into a scratch buffer that is then unpacked. The native kernel
+   * input shares; otherwise into a scratch buffer that is then unpacked. The AMX kernel
    * also rounds a plain bf16 product (no C, no sum over batches) as it stores it. */
   bool unshared = tpu__operand_is_contiguous(out) && out->value != A->value && out->value != B->value &&
                   (!use_c || out->value != C->value);
-  bool out16 = unshared && native && !use_c && !reduce && out->dtype == TPU_DTYPE_BF16;
+  bool out16 = unshared && native && !use_c && !reduce && out->dtype == TPU_DTYPE_BF16 &&
+               tpu__gemm_bf16_out16(M, B->strides[1], B->strides[2]);
   bool direct = unshared && (out16 || out->dtype == cd);
   char* acc = direct ? tpu__operand_ptr(out) : tpu__malloc((size_t)total);
   if (!acc) return TPU_HOST_NOMEM();

@@ -303,13 +303,13 @@ static tpu_status_t layer_norm_kernel(tpu_node_t* n) {
   L.w = present(&n->in[1]) ? (buf[0] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F64)) : NULL;
   L.bb = present(&n->in[2]) ? (buf[1] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F64)) : NULL;
   /* float32 and bf16 rows use float copies (ln_row_f32) */
-  bool f32 = x->dtype == TPU_DTYPE_F32 || x->dtype == TPU_DTYPE_BF16;
-  L.wf = f32 && present(&n->in[1]) ? (buf[4] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F32)) : NULL;
-  L.bf = f32 && present(&n->in[2]) ? (buf[5] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F32)) : NULL;
+  bool frows = x->dtype == TPU_DTYPE_F32 || x->dtype == TPU_DTYPE_BF16;
+  L.wf = frows && present(&n->in[1]) ? (buf[4] = tpu__pack_alloc(&n->in[1], TPU_DTYPE_F32)) : NULL;
+  L.bf = frows && present(&n->in[2]) ? (buf[5] = tpu__pack_alloc(&n->in[2], TPU_DTYPE_F32)) : NULL;
   L.mu = buf[2] = tpu__malloc(sizeof(double) * cnt1(m));
   L.rs = buf[3] = tpu__malloc(sizeof(double) * cnt1(m));
   bool ok = rows_open(&L.rx, x, m, k, true) && rows_open(&L.ry, &n->out[0], m, k, false);
-  if (!ok || (present(&n->in[1]) && (!L.w || (f32 && !L.wf))) || (present(&n->in[2]) && (!L.bb || (f32 && !L.bf))) ||
+  if (!ok || (present(&n->in[1]) && (!L.w || (frows && !L.wf))) || (present(&n->in[2]) && (!L.bb || (frows && !L.bf))) ||
       !L.mu || !L.rs) {
     rows_close(&L.rx, false);
     rows_close(&L.ry, false);
@@ -465,13 +465,13 @@ static tpu_status_t layer_norm_backward_kernel(tpu_node_t* n) {
   L.srs = buf[1] = tpu__pack_alloc(&n->in[3], TPU_DTYPE_F64);
   L.w = has_w ? (buf[2] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F64)) : NULL;
   /* float32 and bf16 rows use a float copy (ln_bwd_row_f32) */
-  bool f32 = x->dtype == TPU_DTYPE_F32 || x->dtype == TPU_DTYPE_BF16;
-  L.wf = f32 && has_w ? (buf[5] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F32)) : NULL;
+  bool frows = x->dtype == TPU_DTYPE_F32 || x->dtype == TPU_DTYPE_BF16;
+  L.wf = frows && has_w ? (buf[5] = tpu__pack_alloc(&n->in[4], TPU_DTYPE_F32)) : NULL;
   L.dwp = buf[3] = tpu__calloc(cnt1(groups * k), sizeof(double));
   L.dbp = buf[4] = tpu__calloc(cnt1(groups * k), sizeof(double));
   bool ok = rows_open(&L.rdy, &n->in[0], m, k, true) && rows_open(&L.rx, x, m, k, true) &&
             (!want_dx || rows_open(&L.rdx, &n->out[0], m, k, false));
-  if (!ok || !L.smu || !L.srs || (has_w && (!L.w || (f32 && !L.wf))) || !L.dwp || !L.dbp) {
+  if (!ok || !L.smu || !L.srs || (has_w && (!L.w || (frows && !L.wf))) || !L.dwp || !L.dbp) {
     rows_close(&L.rdy, false);
     rows_close(&L.rx, false);
     rows_close(&L.rdx, false);
