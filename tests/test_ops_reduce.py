@@ -393,6 +393,36 @@ def test_long_sum_accuracy(native_reduce):
     assert abs(got - ref) <= 1e-6 * abs(ref)
 
 
+@pytest.mark.parametrize("shape,dim", [((200003,), None), ((3, 70001), -1), ((2, 3, 9000), (1, 2))])
+def test_long_bf16_rows(shape, dim, native_reduce):
+    """bf16 rows longer than one 16384-element group are summed from the bf16 data itself
+    (no float copy): integer values keep the sums exact in bf16, with nonzeros at group,
+    256-block and row ends, so a dropped or doubled element changes the result."""
+    g = torch.Generator().manual_seed(7)
+    c = torch.zeros(shape).flatten()
+    n = c.numel()
+    ends = [0, 16383, 16384, 32767, n - 1, n - 2, n - 257, n - 256] + [n // 3 - 1, n // 3, 2 * n // 3]
+    hot = torch.cat([torch.tensor(ends), torch.randint(0, n, (40,), generator=g)])
+    c[hot] = torch.randint(1, 3, hot.shape, generator=g).float()
+    c = c.reshape(shape).bfloat16()
+    d = c.to("tpu")
+    kw = {} if dim is None else {"dim": dim}
+    for f in (torch.sum, torch.nansum, torch.mean, torch.var, torch.std,
+              lambda x, **k: torch.linalg.vector_norm(x, 1, **k),
+              lambda x, **k: torch.linalg.vector_norm(x, 2, **k),
+              lambda x, **k: torch.linalg.vector_norm(x, 3, **k)):
+        got, ref = f(d, **kw).cpu(), f(c.double(), **kw)
+        torch.testing.assert_close(got.double(), ref, rtol=8e-3, atol=0)
+        # the same values as the float32 path, rounded to bf16
+        assert torch.equal(got, f(d.float(), **kw).bfloat16().cpu())
+    assert torch.equal(d.sum(**kw).cpu().double(), c.double().sum(**kw))
+    nan = c.clone()
+    nan.view(-1)[[5, n - 1]] = float("nan")
+    torch.testing.assert_close(torch.nansum(nan.to("tpu"), **kw).cpu().double(),
+                               torch.nansum(nan.double(), **kw), rtol=8e-3, atol=0)
+    assert torch.isnan(nan.to("tpu").sum()).item()
+
+
 def test_errors():
     xi_c = torch.arange(6).reshape(2, 3)
     xi = (xi_c, xi_c.to("tpu"))

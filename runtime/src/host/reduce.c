@@ -126,14 +126,18 @@ TPU_VINLINE v4d term4(v4d v, int mode, double a) {
 }
 TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode, a), term4(v.hi, mode, a)}; }
 
-/* f32 rows take exponentials in float (expf is several times faster than exp and as
- * accurate as the f32 result needs); the sums stay double. */
-#define ROW_FNS(T, SFX, EXPT)                                                               \
-  /* nx runs (x + q stride, q < nx <= 4; n elements each) in lane mode `mode`, added to    \
-   * tot[q], in blocks of 256: 8 lanes per run, combined in a fixed order, then the tail.  \
-   * The runs advance together, 8 elements at a time, so nx read streams are in flight     \
-   * (taking them a block at a time ran ~40% slower). Called with constant nx and mode, so \
-   * the compiler unrolls the runs and folds term8's switch out of the loop. */           \
+/* Scalar loads of a row element as double (bf16: the high half of an f32, exact). */
+static inline double ld1_f32(const float* p) { return *p; }
+static inline double ld1_f64(const double* p) { return *p; }
+static inline double ld1_bf16(const uint16_t* p) { return tpu__bf16_to_f32(*p); }
+
+/* nx runs (x + q stride, q < nx <= 4; n elements each) in lane mode `mode`, added to
+ * tot[q], in blocks of 256: 8 lanes per run, combined in a fixed order, then the tail.
+ * The runs advance together, 8 elements at a time, so nx read streams are in flight
+ * (taking them a block at a time ran ~40% slower). Called with constant nx and mode, so
+ * the compiler unrolls the runs and folds term8's switch out of the loop. bf16 runs are
+ * widened in registers: the same doubles as the float32 copy's, so the same sums. */
+#define LANE_FNS(T, SFX)                                                                    \
   TPU_VINLINE void lane_sum_##SFX(const T* x, int64_t stride, int nx, int64_t n, int mode, double a, \
                                   double* tot) {                                           \
     for (int64_t b0 = 0; b0 < n; b0 += 256) {                                              \
@@ -144,7 +148,7 @@ TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode
           acc[q] = v8_add(acc[q], term8(ld8_##SFX(x + q * stride + i), mode, a));          \
       for (int q = 0; q < nx; ++q) {                                                       \
         double s1 = 0;                                                                     \
-        for (int64_t j = i; j < e; ++j) s1 += term(x[q * stride + j], mode, a);            \
+        for (int64_t j = i; j < e; ++j) s1 += term(ld1_##SFX(x + q * stride + j), mode, a); \
         tot[q] += v8_total(acc[q]) + s1;                                                   \
       }                                                                                    \
     }                                                                                      \
@@ -159,6 +163,23 @@ TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode
       default: lane_sum_##SFX(x, stride, nx, n, S_PLAIN, a, tot);                          \
     }                                                                                      \
   }                                                                                        \
+  /* block_sum of four runs (lane modes only): each run gets exactly block_sum's          \
+   * operations, so the results are bit-identical to four calls, but four read streams    \
+   * are in flight instead of one. One stream per core left a sum of 16M floats on 2 AVX2 \
+   * cores at ~15 GB/s, four reach ~19. */                                                 \
+  TPU_ISA_CLONES static void block_sum4_##SFX(const T* x, int64_t stride, int64_t n, int mode, \
+                                             double a, double* out) {                     \
+    for (int q = 0; q < 4; ++q) out[q] = 0;                                                \
+    lane_sums_##SFX(x, stride, 4, n, mode, a, out);                                        \
+  }
+LANE_FNS(float, f32)
+LANE_FNS(double, f64)
+LANE_FNS(uint16_t, bf16)
+#undef LANE_FNS
+
+/* f32 rows take exponentials in float (expf is several times faster than exp and as
+ * accurate as the f32 result needs); the sums stay double. */
+#define ROW_FNS(T, SFX, EXPT)                                                               \
   TPU_ISA_CLONES static double block_sum_##SFX(const T* x, int64_t n, int mode, double a) { \
     double tot = 0;                                                                        \
     if (lane_mode(mode)) {                                                                 \
@@ -177,15 +198,6 @@ TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode
     }                                                                                      \
     return tot;                                                                            \
   }                                                                                        \
-  /* block_sum of four runs (lane modes only): each run gets exactly block_sum's          \
-   * operations, so the results are bit-identical to four calls, but four read streams    \
-   * are in flight instead of one. One stream per core left a sum of 16M floats on 2 AVX2 \
-   * cores at ~15 GB/s, four reach ~19. */                                                 \
-  TPU_ISA_CLONES static void block_sum4_##SFX(const T* x, int64_t stride, int64_t n, int mode, \
-                                             double a, double* out) {                     \
-    for (int q = 0; q < 4; ++q) out[q] = 0;                                                \
-    lane_sums_##SFX(x, stride, 4, n, mode, a, out);                                        \
-  }                                                                                        \
   /* First index of the extreme value; a NaN wins and its first index is taken. */         \
   static int64_t f_arg_##SFX(const T* x, int64_t n, bool want_max) {                       \
     int64_t best = 0;                                                                      \
@@ -199,24 +211,47 @@ TPU_VINLINE v8d term8(v8d v, int mode, double a) { return (v8d){term4(v.lo, mode
 ROW_FNS(float, f32, expf)
 ROW_FNS(double, f64, exp)
 
-/* A row of floats in the row dtype: f32 (fs) or f64 (fd). */
+/* A row of floats in the row dtype: f32 (fs) or f64 (fd); or a dense bf16 row (bs) of the
+ * sum family, widened a group at a time as fr_sum reads it. */
 typedef struct frow_s {
   const float* fs;
   const double* fd;
+  const uint16_t* bs;
 } frow_t;
 
 static frow_t frow(const void* base, bool f32, int64_t at) {
-  frow_t r = {NULL, NULL};
+  frow_t r = {NULL, NULL, NULL};
   if (f32) r.fs = (const float*)base + at; else r.fd = (const double*)base + at;
   return r;
 }
+static frow_t fr_skip(frow_t r, int64_t s) {
+  if (r.fs) r.fs += s; else if (r.fd) r.fd += s; else r.bs += s;
+  return r;
+}
 static double fr_at(frow_t r, int64_t i) { return r.fs ? (double)r.fs[i] : r.fd[i]; }
+TPU_ISA_CLONES static double lane_block_bf16(const uint16_t* x, int64_t n, int mode, double a) {
+  double tot = 0;
+  lane_sums_bf16(x, 0, 1, n, mode, a, &tot);
+  return tot;
+}
+/* A bf16 run is summed in registers in the lane modes; for exp/pow terms (one group, at
+ * most SUPER elements) it is widened into a 64 KiB stack buffer that stays in L2. Either
+ * way the operations are the float32 copy's, so the result is too, and no float copy of
+ * the whole tensor is written (and page-faulted). */
 static double fr_blocks(frow_t r, int64_t n, int mode, double a) {
+  if (r.bs && lane_mode(mode)) return lane_block_bf16(r.bs, n, mode, a);
+  if (r.bs) {
+    float buf[SUPER];
+    tpu__convert_run(buf, TPU_DTYPE_F32, 1, r.bs, TPU_DTYPE_BF16, 1, n);
+    return block_sum_f32(buf, n, mode, a);
+  }
   return r.fs ? block_sum_f32(r.fs, n, mode, a) : block_sum_f64(r.fd, n, mode, a);
 }
+/* (lane modes only) */
 static void fr_blocks4(frow_t r, int64_t stride, int64_t n, int mode, double a, double* out) {
   if (r.fs) block_sum4_f32(r.fs, stride, n, mode, a, out);
-  else block_sum4_f64(r.fd, stride, n, mode, a, out);
+  else if (r.fd) block_sum4_f64(r.fd, stride, n, mode, a, out);
+  else block_sum4_bf16(r.bs, stride, n, mode, a, out);
 }
 
 typedef struct lsum_s {
@@ -231,12 +266,10 @@ static tpu_status_t lsum_chunk(void* arg, int64_t b, int64_t e, int tid) {
   lsum_t* L = arg;
   if (lane_mode(L->mode)) /* four whole groups at a time */
     for (; b + 4 <= e && (b + 4) * SUPER <= L->n; b += 4)
-      fr_blocks4(L->x.fs ? frow(L->x.fs, true, b * SUPER) : frow(L->x.fd, false, b * SUPER), SUPER, SUPER,
-                 L->mode, L->a, L->part + b);
+      fr_blocks4(fr_skip(L->x, b * SUPER), SUPER, SUPER, L->mode, L->a, L->part + b);
   for (int64_t g = b; g < e; ++g) {
     int64_t s = g * SUPER, len = L->n - s < SUPER ? L->n - s : SUPER;
-    frow_t x = L->x.fs ? frow(L->x.fs, true, s) : frow(L->x.fd, false, s);
-    L->part[g] = fr_blocks(x, len, L->mode, L->a);
+    L->part[g] = fr_blocks(fr_skip(L->x, s), len, L->mode, L->a);
   }
   return NULL;
 }
@@ -257,7 +290,7 @@ static double fr_sum(frow_t x, int64_t n, int mode, double a) {
     tpu_status_free(st);
     for (int64_t g = 0; g < groups; ++g) {
       int64_t s = g * SUPER, len = n - s < SUPER ? n - s : SUPER;
-      tot += fr_blocks(x.fs ? frow(x.fs, true, s) : frow(x.fd, false, s), len, mode, a);
+      tot += fr_blocks(fr_skip(x, s), len, mode, a);
     }
   }
   if (part != stack) tpu__free(part);
@@ -348,9 +381,11 @@ typedef struct red_s {
   int64_t *io, *io1;
 } red_t;
 
-/* Float rows j .. j + n - 1: in place, or bf16 ones widened into fbuf. */
+/* Float rows j .. j + n - 1: in place, or bf16 ones widened into fbuf; a bf16 row longer
+ * than SUPER (sum family only) is read by fr_sum a group at a time. */
 static frow_t rows_at(const red_t* R, float* fbuf, int64_t j, int64_t n) {
   if (!R->bf16) return frow(R->data, R->f32, j * R->inner);
+  if (R->inner > SUPER) return (frow_t){NULL, NULL, R->bf16 + j * R->inner};
   tpu__convert_run(fbuf, TPU_DTYPE_F32, 1, R->bf16 + j * R->inner, TPU_DTYPE_BF16, 1, n * R->inner);
   return frow(fbuf, true, 0);
 }
@@ -364,8 +399,9 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   int64_t *io = R->io, *io1 = R->io1;
   tpu_kind_t k = node->kind;
   /* bf16 rows: four (or one) at a time into a float buffer, then the float32 code */
-  float* fbuf = R->bf16 ? tpu__malloc(sizeof(float) * (size_t)(4 * (inner ? inner : 1))) : NULL;
-  if (R->bf16 && !fbuf) return TPU_HOST_NOMEM();
+  bool widen = R->bf16 && inner <= SUPER;
+  float* fbuf = widen ? tpu__malloc(sizeof(float) * (size_t)(4 * (inner ? inner : 1))) : NULL;
+  if (widen && !fbuf) return TPU_HOST_NOMEM();
   /* Sums of short rows four at a time (fr_sum of one group, four read streams). */
   bool sum = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN;
   int sum_mode = k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN;
@@ -476,9 +512,6 @@ typedef struct colsum_s {
  * is the same as acc[j] += x[j] row after row. Short tiles keep the reads sequential:
  * each row of a tile is read 64 bytes at a time, one block after another (64-row tiles
  * ran a [4096, 1024] sum 1.7x slower than the row-by-row loop; 8-row tiles 3.3x faster). */
-static inline double ld1_f32(const float* p) { return *p; }
-static inline double ld1_f64(const double* p) { return *p; }
-static inline double ld1_bf16(const uint16_t* p) { return tpu__bf16_to_f32(*p); }
 #define COLSUM_TILE_ROWS 8
 #define COLSUM_FN(T, SFX)                                                                   \
   TPU_ISA_CLONES static tpu_status_t colsum_chunk_##SFX(void* arg, int64_t cb, int64_t ce, int tid) { \
@@ -554,9 +587,10 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
       (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && !in->is_scalar &&
       tpu__operand_is_contiguous(in) && leading_dims_reduced(in, (uint32_t)node->ia[0], &nred, &cols))
     return column_sum_kernel(node, dt, nred, cols);
-  /* dense bf16 rows of at most SUPER elements (the trailing dims reduced) are read in
-   * place, widened four rows or one at a time: no packed copy of the whole tensor. (A
-   * longer row would need its whole float copy too, so it keeps the packed path.) */
+  /* dense bf16 rows (the trailing dims reduced) are read in place: rows of at most SUPER
+   * elements widened four rows or one at a time, longer ones of the sum family (sum, mean,
+   * var, p-norms) a group at a time inside fr_sum; no packed copy of the whole tensor. (A
+   * long row of the other kinds still needs its whole float copy: the packed path.) */
   rows_t r = {0};
   bool b16 = fl && dt == TPU_DTYPE_F32 && in->dtype == TPU_DTYPE_BF16 && !in->is_scalar &&
              (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && tpu__operand_is_contiguous(in) &&
@@ -565,7 +599,11 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
     r.outer = 1;
     for (int d = 0; d < in->ndim && !((uint32_t)node->ia[0] & (1u << d)); ++d) r.outer *= in->sizes[d];
     r.inner = r.outer ? tpu__operand_numel(in) / r.outer : 0;
-    b16 = r.inner <= SUPER;
+    tpu_kind_t k = node->kind;
+    double p = node->da[0];
+    bool sums = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN ||
+                k == TPU_KIND_RED_VAR || (k == TPU_KIND_RED_NORM && p != 0 && !isinf(p));
+    b16 = r.inner <= SUPER || sums;
   }
   if (!b16) {
     TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
