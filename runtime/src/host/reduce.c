@@ -374,18 +374,18 @@ static double f_norm(frow_t x, int64_t n, double p) {
 typedef struct red_s {
   tpu_node_t* node;
   const void* data;
-  const uint16_t* bf16; /* instead of data: dense bf16 rows, widened to float as they are read */
-  bool fl, f32;
+  const uint16_t* bf16; /* instead of data: dense bf16 rows, read in place (sums) or widened */
+  bool fl, f32, widen;
   int64_t inner;
   double *fo, *fo1;
   int64_t *io, *io1;
 } red_t;
 
-/* Float rows j .. j + n - 1: in place, or bf16 ones widened into fbuf; a bf16 row longer
- * than SUPER (sum family only) is read by fr_sum a group at a time. */
+/* Float rows j .. j + n - 1: in place; bf16 ones as they are (the sum family, whose sums
+ * widen in registers) or widened into fbuf (the other kinds, rows of at most SUPER). */
 static frow_t rows_at(const red_t* R, float* fbuf, int64_t j, int64_t n) {
   if (!R->bf16) return frow(R->data, R->f32, j * R->inner);
-  if (R->inner > SUPER) return (frow_t){NULL, NULL, R->bf16 + j * R->inner};
+  if (!R->widen) return (frow_t){NULL, NULL, R->bf16 + j * R->inner};
   tpu__convert_run(fbuf, TPU_DTYPE_F32, 1, R->bf16 + j * R->inner, TPU_DTYPE_BF16, 1, n * R->inner);
   return frow(fbuf, true, 0);
 }
@@ -398,10 +398,9 @@ static tpu_status_t reduce_rows(void* arg, int64_t jb, int64_t je, int tid) {
   double *fo = R->fo, *fo1 = R->fo1;
   int64_t *io = R->io, *io1 = R->io1;
   tpu_kind_t k = node->kind;
-  /* bf16 rows: four (or one) at a time into a float buffer, then the float32 code */
-  bool widen = R->bf16 && inner <= SUPER;
-  float* fbuf = widen ? tpu__malloc(sizeof(float) * (size_t)(4 * (inner ? inner : 1))) : NULL;
-  if (widen && !fbuf) return TPU_HOST_NOMEM();
+  /* widened bf16 rows: four (or one) at a time into a float buffer, then the float32 code */
+  float* fbuf = R->widen ? tpu__malloc(sizeof(float) * (size_t)(4 * (inner ? inner : 1))) : NULL;
+  if (R->widen && !fbuf) return TPU_HOST_NOMEM();
   /* Sums of short rows four at a time (fr_sum of one group, four read streams). */
   bool sum = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN;
   int sum_mode = k == TPU_KIND_RED_NANSUM ? S_NONAN : S_PLAIN;
@@ -577,6 +576,14 @@ static tpu_status_t column_sum_kernel(tpu_node_t* node, tpu_dtype_t dt, int64_t 
   return st;
 }
 
+/* Reductions that only read their rows through fr_sum (any bf16 row length). */
+static bool sum_family(const tpu_node_t* node) {
+  tpu_kind_t k = node->kind;
+  double p = node->da[0];
+  return k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN || k == TPU_KIND_RED_VAR ||
+         (k == TPU_KIND_RED_NORM && p != 0 && !isinf(p));
+}
+
 static tpu_status_t reduce_kernel(tpu_node_t* node) {
   tpu_dtype_t dt = buf_dtype(node);
   bool fl = dt != TPU_DTYPE_I64;
@@ -587,9 +594,9 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
       (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && !in->is_scalar &&
       tpu__operand_is_contiguous(in) && leading_dims_reduced(in, (uint32_t)node->ia[0], &nred, &cols))
     return column_sum_kernel(node, dt, nred, cols);
-  /* dense bf16 rows (the trailing dims reduced) are read in place: rows of at most SUPER
-   * elements widened four rows or one at a time, longer ones of the sum family (sum, mean,
-   * var, p-norms) a group at a time inside fr_sum; no packed copy of the whole tensor. (A
+  /* dense bf16 rows (the trailing dims reduced) are read in place: the sum family's (sum,
+   * mean, var, p-norms) as they are, any length; the other kinds' rows of at most SUPER
+   * elements widened four rows or one at a time. No packed copy of the whole tensor. (A
    * long row of the other kinds still needs its whole float copy: the packed path.) */
   rows_t r = {0};
   bool b16 = fl && dt == TPU_DTYPE_F32 && in->dtype == TPU_DTYPE_BF16 && !in->is_scalar &&
@@ -599,11 +606,7 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
     r.outer = 1;
     for (int d = 0; d < in->ndim && !((uint32_t)node->ia[0] & (1u << d)); ++d) r.outer *= in->sizes[d];
     r.inner = r.outer ? tpu__operand_numel(in) / r.outer : 0;
-    tpu_kind_t k = node->kind;
-    double p = node->da[0];
-    bool sums = k == TPU_KIND_RED_SUM || k == TPU_KIND_RED_NANSUM || k == TPU_KIND_RED_MEAN ||
-                k == TPU_KIND_RED_VAR || (k == TPU_KIND_RED_NORM && p != 0 && !isinf(p));
-    b16 = r.inner <= SUPER || sums;
+    b16 = r.inner <= SUPER || sum_family(node);
   }
   if (!b16) {
     TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
@@ -616,8 +619,8 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
     return TPU_HOST_NOMEM();
   }
   tpu_kind_t k = node->kind;
-  red_t R = {node, r.data, b16 ? (const uint16_t*)tpu__operand_ptr(in) : NULL, fl, dt == TPU_DTYPE_F32, inner,
-             o0, o1, o0, o1};
+  red_t R = {node, r.data, b16 ? (const uint16_t*)tpu__operand_ptr(in) : NULL, fl, dt == TPU_DTYPE_F32,
+             b16 && !sum_family(node), inner, o0, o1, o0, o1};
   tpu_status_t st = outer > 1 && outer * inner >= TPU_PARALLEL_MIN_WORK
                         ? tpu__parallel_for(outer, row_grain(inner), reduce_rows, &R)
                         : reduce_rows(&R, 0, outer, 0);
