@@ -178,8 +178,12 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
         char* out = c->direct[i] ? row_at[oe] + t0 * c->step[oe] : nbuf;
         c->fns[i](len, out, ins, n);
         if (od != cdt[i]) { /* round through the output dtype, exactly as a store would */
-          tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
-          tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
+          if (cdt[i] == TPU_DTYPE_F32 && (od == TPU_DTYPE_BF16 || od == TPU_DTYPE_F16)) {
+            tpu__round_f32_run((float*)nbuf, len, od);
+          } else {
+            tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
+            tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
+          }
         }
         if (oe >= 0 && !c->direct[i])
           tpu__convert_run(row_at[oe] + t0 * c->step[oe], od, c->step[oe] / c->esize[oe], nbuf, cdt[i], 1, len);

@@ -124,13 +124,8 @@ void tpu__store_i64(void* p, tpu_dtype_t dtype, int64_t v);
 
 
 /* Rounds float32 values in place through a narrower float dtype (bf16, f16; others: no
- * change), as a store to that dtype and a load back would. */
-static inline void tpu__round_f32_run(float* v, int64_t n, tpu_dtype_t dt) {
-  if (dt == TPU_DTYPE_BF16)
-    for (int64_t i = 0; i < n; ++i) v[i] = tpu__bf16_to_f32(tpu__f32_to_bf16(v[i]));
-  else if (dt == TPU_DTYPE_F16)
-    for (int64_t i = 0; i < n; ++i) v[i] = (float)(_Float16)v[i];
-}
+ * change), as a store to that dtype and a load back would (host/tile.c, built per ISA). */
+void tpu__round_f32_run(float* v, int64_t n, tpu_dtype_t dt);
 
 /* ---- thread pool (host/pool.c) ----------------------------------------------------
  * A process-wide pool of persistent workers: TORCHTPU_NUM_THREADS threads if set, else
