@@ -105,6 +105,34 @@ def test_defer_fuses_large_groups_exactly(dtype):
         assert_close(a, b)  # the project table: bf16 ops round differently on CPU
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_defer_large_group_reads_an_input_many_times(dtype):
+    """AdamW's chain in narrow dtypes: the gradient is read by three members (one
+    conversion per tile, shared), a float64 member reads it too (its own conversion), and
+    bf16 members that are stored are rounded and stored in one pass; bit-identical to
+    strict."""
+    torch.manual_seed(1)
+    p, g, m, v = (torch.randn(300, 301).to(dtype) for _ in range(4))
+    v, q = v.abs(), torch.randn(300, 301, dtype=torch.float64)
+
+    def f(p, g, m, v, q):
+        p.mul_(0.99)
+        m.lerp_(g, 0.1)
+        v.mul_(0.999).addcmul_(g, g, value=0.001)
+        p.addcdiv_(m, (v.sqrt() / 0.5).add_(1e-3), value=-0.01)
+        w = (g * q).exp()  # computes in float64
+        return p, m, v, w
+
+    with torchtpu.set_eager_mode("strict"):
+        ref = [t.cpu() for t in f(*(t.to("tpu") for t in (p, g, m, v, q)))]
+    torchtpu.explain(clear=True)
+    with torchtpu.set_eager_mode("defer_and_fuse"):
+        got = [t.cpu() for t in f(*(t.to("tpu") for t in (p, g, m, v, q)))]
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    assert sum(c["fused_groups"] for c in torchtpu.explain()) >= 1
+
+
 def test_defer_respects_aliasing_and_inplace():
     x = torch.randn(64, 64)
     def f(t):

@@ -134,6 +134,8 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
   int64_t per_row = (inner + c->span - 1) / c->span;
   const char* tile_at[MAX_OPS]; /* this tile of each member's output */
   char* row_at[MAX_OPS];        /* this item's row of each external operand */
+  const char* conv_at[MAX_OPS]; /* this tile of an external input, once converted ... */
+  tpu_dtype_t conv_dt[MAX_OPS]; /* ... to this dtype */
   int64_t row = -1; /* the row row_at points into */
   for (int64_t item = i0; item < i1; ++item) {
     int64_t r = item / per_row, c0 = item % per_row * c->span;
@@ -150,6 +152,7 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
     }
     for (int64_t t0 = c0; t0 < c1; t0 += tile) {
       int64_t len = c1 - t0 < tile ? c1 - t0 : tile;
+      for (int e = 0; e < c->n_ext; ++e) conv_at[e] = NULL;
       for (int i = 0; i < k; ++i) {
         const tpu_node_t* n = nodes[i];
         char* nbuf = scratch + tile_bytes * (size_t)i;
@@ -167,25 +170,31 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
           }
           const char* p = row_at[s->index] + t0 * c->step[s->index];
           if (c->in_place[i * 8 + j]) ins[j] = p;
+          else if (conv_at[s->index] && conv_dt[s->index] == cdt[i]) ins[j] = conv_at[s->index];
           else {
             const tpu_operand_t* op = ext[s->index];
             tpu__convert_run(conv, cdt[i], 1, p, op->dtype, c->step[s->index] / c->esize[s->index], len);
-            ins[j] = conv;
+            ins[j] = conv_at[s->index] = conv;
+            conv_dt[s->index] = cdt[i];
           }
         }
         tpu_dtype_t od = n->out[0].dtype;
         int oe = c->out_ext[i];
         char* out = c->direct[i] ? row_at[oe] + t0 * c->step[oe] : nbuf;
         c->fns[i](len, out, ins, n);
+        bool store = oe >= 0 && !c->direct[i];
         if (od != cdt[i]) { /* round through the output dtype, exactly as a store would */
-          if (cdt[i] == TPU_DTYPE_F32 && (od == TPU_DTYPE_BF16 || od == TPU_DTYPE_F16)) {
+          if (cdt[i] == TPU_DTYPE_F32 && od == TPU_DTYPE_BF16 && store && c->step[oe] == 2) {
+            tpu__round_store_bf16((float*)nbuf, (uint16_t*)(row_at[oe] + t0 * 2), len);
+            store = false; /* (stored as it was rounded) */
+          } else if (cdt[i] == TPU_DTYPE_F32 && (od == TPU_DTYPE_BF16 || od == TPU_DTYPE_F16)) {
             tpu__round_f32_run((float*)nbuf, len, od);
           } else {
             tpu__convert_run(round_buf, od, 1, nbuf, cdt[i], 1, len);
             tpu__convert_run(nbuf, cdt[i], 1, round_buf, od, 1, len);
           }
         }
-        if (oe >= 0 && !c->direct[i])
+        if (store)
           tpu__convert_run(row_at[oe] + t0 * c->step[oe], od, c->step[oe] / c->esize[oe], nbuf, cdt[i], 1, len);
         tile_at[i] = out;
         if (i == c->end_src && c->end) memcpy(row_buf + t0, out, sizeof(float) * (size_t)len);
@@ -316,6 +325,20 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
       ext[n_ext++] = &n->out[0];
     }
   }
+  /* Reads of one external value (same view) share its index, so a tile converts it once
+   * (AdamW's chain reads the gradient three times), unless a stored output of the group
+   * writes into its memory. */
+  for (int i = 0; i < k; ++i)
+    for (int j = 0; j < nodes[i]->n_in; ++j) {
+      src_t* s = &src[i * 8 + j];
+      if (s->kind != 0) continue;
+      const tpu_operand_t* op = ext[s->index];
+      bool written = false;
+      for (int w = 0; w < k && !written; ++w)
+        written = out_ext[w] >= 0 && ext[out_ext[w]]->value->data == op->value->data;
+      for (int e = 0; e < s->index && !written; ++e)
+        if (tpu__operand_same_view(ext[e], op)) { s->index = e; break; }
+    }
   if (numel == 0) goto done;
   strides = tpu__malloc(sizeof(*strides) * (size_t)(n_ext ? n_ext : 1));
   if (!strides) { st = TPU_HOST_NOMEM(); goto done; }

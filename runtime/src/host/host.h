@@ -126,6 +126,8 @@ void tpu__store_i64(void* p, tpu_dtype_t dtype, int64_t v);
 /* Rounds float32 values in place through a narrower float dtype (bf16, f16; others: no
  * change), as a store to that dtype and a load back would (host/tile.c, built per ISA). */
 void tpu__round_f32_run(float* v, int64_t n, tpu_dtype_t dt);
+/* tpu__round_f32_run to bf16 that also stores the bf16 values in d (dense): one pass. */
+void tpu__round_store_bf16(float* v, uint16_t* d, int64_t n);
 
 /* ---- thread pool (host/pool.c) ----------------------------------------------------
  * A process-wide pool of persistent workers: TORCHTPU_NUM_THREADS threads if set, else

@@ -211,8 +211,9 @@ LANE_FNS(uint16_t, bf16)
 ROW_FNS(float, f32, expf)
 ROW_FNS(double, f64, exp)
 
-/* A row of floats in the row dtype: f32 (fs) or f64 (fd); or a dense bf16 row (bs) of the
- * sum family, widened a group at a time as fr_sum reads it. */
+/* A row of floats in the row dtype: f32 (fs) or f64 (fd); or a dense bf16 row (bs), only
+ * for the sum family (fr_sum, fr_blocks, fr_blocks4 read it; fr_at and the extremes do
+ * not: other kinds widen bf16 rows into f32 first). */
 typedef struct frow_s {
   const float* fs;
   const double* fd;

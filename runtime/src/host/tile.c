@@ -99,6 +99,16 @@ TPU_ISA_CLONES static void round_bf16_run(float* v, int64_t n) {
 TPU_ISA_CLONES static void round_f16_run(float* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) v[i] = (float)(_Float16)v[i];
 }
+TPU_ISA_CLONES void tpu__round_store_bf16(float* v, uint16_t* d, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    memcpy(&u, v + i, sizeof u);
+    u = bf16_rounded_bits(u);
+    d[i] = (uint16_t)(u >> 16);
+    u &= 0xffff0000u;
+    memcpy(v + i, &u, sizeof u);
+  }
+}
 void tpu__round_f32_run(float* v, int64_t n, tpu_dtype_t dt) {
   if (dt == TPU_DTYPE_BF16) round_bf16_run(v, n);
   else if (dt == TPU_DTYPE_F16) round_f16_run(v, n);
