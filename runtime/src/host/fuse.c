@@ -275,12 +275,13 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
   const tpu_operand_t** consts = tpu__malloc(sizeof(*consts) * (size_t)k * 8);
   tpu_dtype_t* const_dt = tpu__malloc(sizeof(tpu_dtype_t) * (size_t)k * 8);
   tpu_vmark_t* writer = tpu__malloc(sizeof(*writer));
+  tpu_vmark_t* readers = tpu__malloc(sizeof(*readers)); /* value -> its first external index */
   int n_const = 0;
   tpu_status_t st = NULL;
   int64_t (*strides)[TPU_MAX_DIMS] = NULL;
   int64_t* esize = NULL; /* and step, after it */
   uint8_t* in_place = NULL;
-  if (!src || !out_ext || !cdt || !fns || !direct || !overwritten || !consts || !const_dt || !writer) {
+  if (!src || !out_ext || !cdt || !fns || !direct || !overwritten || !consts || !const_dt || !writer || !readers) {
     st = TPU_HOST_NOMEM();
     goto done;
   }
@@ -292,6 +293,7 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
     *later = i;
   }
   tpu__vmark_clear(writer);
+  tpu__vmark_clear(readers);
   for (int i = 0; i < k; ++i) {
     const tpu_node_t* n = nodes[i];
     fns[i] = tpu__elementwise_tile_fn(n);
@@ -312,8 +314,14 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
       }
       int p = tpu__vmark_get(writer, op->value);
       if (p >= 0 && tpu__operand_same_view(&nodes[p]->out[0], op)) { s->kind = 2; s->index = p; continue; }
-      if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
+      /* A value read again through the same view shares its external index, so a tile
+       * converts it once (AdamW's chain reads the gradient three times). Values are
+       * immutable and a later write of the memory is a new value, read from its tile. */
+      int* seen = tpu__vmark_slot(readers, op->value);
       s->kind = 0;
+      if (*seen >= 0 && tpu__operand_same_view(ext[*seen], op)) { s->index = *seen; continue; }
+      if (n_ext == MAX_OPS) { st = tpu_status_make(TPU_INTERNAL, "fused group too wide"); goto done; }
+      if (*seen < 0) *seen = n_ext;
       s->index = n_ext;
       ext[n_ext++] = op;
     }
@@ -325,20 +333,6 @@ tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, in
       ext[n_ext++] = &n->out[0];
     }
   }
-  /* Reads of one external value (same view) share its index, so a tile converts it once
-   * (AdamW's chain reads the gradient three times), unless a stored output of the group
-   * writes into its memory. */
-  for (int i = 0; i < k; ++i)
-    for (int j = 0; j < nodes[i]->n_in; ++j) {
-      src_t* s = &src[i * 8 + j];
-      if (s->kind != 0) continue;
-      const tpu_operand_t* op = ext[s->index];
-      bool written = false;
-      for (int w = 0; w < k && !written; ++w)
-        written = out_ext[w] >= 0 && ext[out_ext[w]]->value->data == op->value->data;
-      for (int e = 0; e < s->index && !written; ++e)
-        if (tpu__operand_same_view(ext[e], op)) { s->index = e; break; }
-    }
   if (numel == 0) goto done;
   strides = tpu__malloc(sizeof(*strides) * (size_t)(n_ext ? n_ext : 1));
   if (!strides) { st = TPU_HOST_NOMEM(); goto done; }
@@ -410,5 +404,6 @@ done:
   tpu__free(consts);
   tpu__free(const_dt);
   tpu__free(writer);
+  tpu__free(readers);
   return st;
 }

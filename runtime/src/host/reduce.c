@@ -600,6 +600,7 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
    * elements widened four rows or one at a time. No packed copy of the whole tensor. (A
    * long row of the other kinds still needs its whole float copy: the packed path.) */
   rows_t r = {0};
+  bool sums = sum_family(node);
   bool b16 = fl && dt == TPU_DTYPE_F32 && in->dtype == TPU_DTYPE_BF16 && !in->is_scalar &&
              (tpu_dtype_t)node->ia[2] == TPU_DTYPE_INVALID && tpu__operand_is_contiguous(in) &&
              trailing_dims_reduced(in, (uint32_t)node->ia[0]);
@@ -607,7 +608,7 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
     r.outer = 1;
     for (int d = 0; d < in->ndim && !((uint32_t)node->ia[0] & (1u << d)); ++d) r.outer *= in->sizes[d];
     r.inner = r.outer ? tpu__operand_numel(in) / r.outer : 0;
-    b16 = r.inner <= SUPER || sum_family(node);
+    b16 = r.inner <= SUPER || sums;
   }
   if (!b16) {
     TPU_RETURN_IF_ERROR(pack_rows(&node->in[0], (uint32_t)node->ia[0], dt, (tpu_dtype_t)node->ia[2], &r));
@@ -621,7 +622,7 @@ static tpu_status_t reduce_kernel(tpu_node_t* node) {
   }
   tpu_kind_t k = node->kind;
   red_t R = {node, r.data, b16 ? (const uint16_t*)tpu__operand_ptr(in) : NULL, fl, dt == TPU_DTYPE_F32,
-             b16 && !sum_family(node), inner, o0, o1, o0, o1};
+             b16 && !sums, inner, o0, o1, o0, o1};
   tpu_status_t st = outer > 1 && outer * inner >= TPU_PARALLEL_MIN_WORK
                         ? tpu__parallel_for(outer, row_grain(inner), reduce_rows, &R)
                         : reduce_rows(&R, 0, outer, 0);
