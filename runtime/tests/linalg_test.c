@@ -166,11 +166,12 @@ static void test_gemm_empty(void) {
   t_reset();
 }
 
-/* ---- bf16 GEMM ------------------------------------------------------------------------- */
+/* ---- bf16 and f32 GEMM ------------------------------------------------------------------ */
 /* bf16 x bf16 products (the AVX512-BF16 kernel where the CPU has it, widen + sgemm
- * otherwise) against a double reference. Operand values are multiples of 1/8 up to 2 in
- * magnitude: exact in bf16, with every partial sum exact in f32, so whatever the summation
- * order the result is the reference rounded once to bf16, and a packing or stride mistake
+ * otherwise) and f32 products (the AVX-512 kernel where the CPU has it, sgemm otherwise)
+ * against a double reference. Operand values are multiples of 1/8 up to 2 in magnitude:
+ * exact in bf16, with every partial sum exact in f32, so whatever the summation order the
+ * result is the reference rounded once to the dtype, and a packing or stride mistake
  * shows as a mismatch. One case per layout: contiguous, transposed, strided both ways. */
 
 static double bf16_rne(double x) {
@@ -182,14 +183,17 @@ static double bf16_rne(double x) {
   return f;
 }
 
+/* x rounded to dt (bf16 or f32) */
+static double round_to(tpu_dtype_t dt, double x) { return dt == TPU_DTYPE_BF16 ? bf16_rne(x) : (float)x; }
+
 static double exact_val(void) { return (double)(rand() % 33 - 16) / 8.0; }
 
-/* A [bt, rows, cols] bf16 operand in one of three layouts: 0 contiguous, 1 transposed
+/* A [bt, rows, cols] operand (bf16 or f32) in one of three layouts: 0 contiguous, 1 transposed
  * (stored [bt, cols, rows]), 2 every other row and column of a [bt, 2 rows, 2 cols]
  * storage (the others NaN). vals gets the storage contents; element (b, r, c) is vals[b*s0 + r*s1 + c*s2]. */
 typedef struct bmat_s { tpu_view_t v; double* vals; int64_t s[3]; } bmat_t;
 
-static bmat_t bmat_make(int nd, int64_t bt, int64_t rows, int64_t cols, int layout, bool exact) {
+static bmat_t bmat_make(tpu_dtype_t dt, int nd, int64_t bt, int64_t rows, int64_t cols, int layout, bool exact) {
   bmat_t m;
   int64_t n = bt * rows * cols * (layout == 2 ? 4 : 1);
   m.vals = malloc(sizeof(double) * (size_t)(n ? n : 1));
@@ -200,7 +204,7 @@ static bmat_t bmat_make(int nd, int64_t bt, int64_t rows, int64_t cols, int layo
     m.vals[i] = skipped ? NAN : exact ? exact_val() : bf16_rne((double)rand() / RAND_MAX * 2.0 - 1.0);
   }
   int64_t s1[1] = {n};
-  m.v = t_make(TPU_DTYPE_BF16, 1, s1, m.vals);
+  m.v = t_make(dt, 1, s1, m.vals);
   if (layout == 0) { m.s[0] = rows * cols; m.s[1] = cols; m.s[2] = 1; }
   else if (layout == 1) { m.s[0] = rows * cols; m.s[1] = 1; m.s[2] = rows; }
   else { m.s[0] = 4 * rows * cols; m.s[1] = 4 * cols; m.s[2] = 2; }
@@ -216,27 +220,28 @@ static double bmat_at(const bmat_t* m, int64_t b, int64_t r, int64_t c) {
 
 typedef enum { BG_MM, BG_ADDMM, BG_BMM, BG_BADDBMM, BG_ADDBMM } bg_op_t;
 
-static void bf16_gemm_case(bg_op_t op, int64_t bt, int64_t M, int64_t K, int64_t N, int la, int lb,
+static void gemm_case(tpu_dtype_t dt, bg_op_t op, int64_t bt, int64_t M, int64_t K, int64_t N, int la, int lb,
                            double alpha, double beta, bool exact) {
   bool batched = op == BG_BMM || op == BG_BADDBMM || op == BG_ADDBMM;
   bool has_c = op == BG_ADDMM || op == BG_BADDBMM || op == BG_ADDBMM;
   int nd = batched ? 3 : 2;
   if (!batched) bt = 1;
-  bmat_t a = bmat_make(nd, bt, M, K, la, exact), b = bmat_make(nd, bt, K, N, lb, exact);
+  bmat_t a = bmat_make(dt, nd, bt, M, K, la, exact), b = bmat_make(dt, nd, bt, K, N, lb, exact);
   /* C: a bias row [N] for addmm, [bt, M, N] for baddbmm, [M, N] for addbmm */
   int64_t cn = op == BG_ADDMM ? N : op == BG_BADDBMM ? bt * M * N : M * N;
   double* cv = malloc(sizeof(double) * (size_t)(cn ? cn : 1));
   for (int64_t i = 0; i < cn; ++i) cv[i] = exact_val();
   int64_t csz[3] = {bt, M, N};
   tpu_view_t c = {0};
-  if (op == BG_ADDMM) c = t_make(TPU_DTYPE_BF16, 1, &csz[2], cv);
-  else if (op == BG_BADDBMM) c = t_make(TPU_DTYPE_BF16, 3, csz, cv);
-  else if (op == BG_ADDBMM) c = t_make(TPU_DTYPE_BF16, 2, &csz[1], cv);
+  if (op == BG_ADDMM) c = t_make(dt, 1, &csz[2], cv);
+  else if (op == BG_BADDBMM) c = t_make(dt, 3, csz, cv);
+  else if (op == BG_ADDBMM) c = t_make(dt, 2, &csz[1], cv);
   static const char* names[] = {"mm", "addmm", "bmm", "baddbmm", "addbmm"};
   tpu_arg_t args[5] = {a_t(c), a_t(a.v), a_t(b.v), a_sc(beta), a_sc(alpha)};
   tpu_view_t out[1];
   CHECK_OK(has_c ? run(names[op], args, 5, out) : run(names[op], args + 1, 2, out));
   int64_t on = (op == BG_ADDBMM ? 1 : bt) * M * N;
+  double ulp = dt == TPU_DTYPE_BF16 ? 0x1p-7 : 0x1p-23;
   double* want = malloc(sizeof(double) * (size_t)(on ? on : 1));
   double* tol = malloc(sizeof(double) * (size_t)(on ? on : 1));
   for (int64_t i = 0; i < M; ++i)
@@ -250,26 +255,26 @@ static void bf16_gemm_case(bg_op_t op, int64_t bt, int64_t M, int64_t K, int64_t
           sa += fabs(bmat_at(&a, bi, i, k) * bmat_at(&b, bi, k, j));
         }
         if (op == BG_ADDBMM) {
-          /* PyTorch's addbmm rounds the bf16 result after every batch */
-          acc = bf16_rne(acc + alpha * s);
+          /* PyTorch's addbmm rounds the result after every batch */
+          acc = round_to(dt, acc + alpha * s);
           mag = fabs(acc) + fabs(alpha) * sa;
           continue;
         }
         double base = op == BG_BADDBMM ? beta * cv[(bi * M + i) * N + j] : acc;
-        want[(bi * M + i) * N + j] = bf16_rne(base + alpha * s);
-        /* inexact values: f32 accumulation error, then both results rounded to bf16, each
-         * within half an ulp (2^-8 relative), so one ulp apart where the two straddle a
-         * rounding midpoint */
-        tol[(bi * M + i) * N + j] = exact ? 0 : 0x1p-7 * fabs(base + alpha * s) + (double)K * 0x1p-23 * fabs(alpha) * sa;
+        want[(bi * M + i) * N + j] = round_to(dt, base + alpha * s);
+        /* inexact values: f32 accumulation error, then both results rounded to the dtype,
+         * each within half an ulp, so one ulp apart where the two straddle a rounding
+         * midpoint */
+        tol[(bi * M + i) * N + j] = exact ? 0 : ulp * fabs(base + alpha * s) + (double)K * 0x1p-23 * fabs(alpha) * sa;
       }
-      if (op == BG_ADDBMM) { want[i * N + j] = acc; tol[i * N + j] = exact ? 0 : 0x1p-7 * mag; }
+      if (op == BG_ADDBMM) { want[i * N + j] = acc; tol[i * N + j] = exact ? 0 : ulp * mag; }
     }
   double* got = malloc(sizeof(double) * (size_t)(on ? on : 1));
   t_read(&out[0], got);
   for (int64_t i = 0; i < on; ++i)
     if (!(fabs(got[i] - want[i]) <= tol[i])) {
-      fprintf(stderr, "  bf16 %s bt=%lld %lldx%lldx%lld layouts %d/%d alpha %g beta %g: element %lld got %g want %g\n",
-              names[op], (long long)bt, (long long)M, (long long)K, (long long)N, la, lb, alpha, beta,
+      fprintf(stderr, "  %s %s bt=%lld %lldx%lldx%lld layouts %d/%d alpha %g beta %g: element %lld got %g want %g\n",
+              dt == TPU_DTYPE_BF16 ? "bf16" : "f32", names[op], (long long)bt, (long long)M, (long long)K, (long long)N, la, lb, alpha, beta,
               (long long)i, got[i], want[i]);
       ++check_failures;
       break;
@@ -292,27 +297,49 @@ static void test_bf16_gemm(void) {
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; ++s)
     for (int la = 0; la < 3; ++la)
       for (int lb = 0; lb < 3; ++lb)
-        bf16_gemm_case(BG_MM, 1, shapes[s][0], shapes[s][1], shapes[s][2], la, lb, 1, 0, true);
+        gemm_case(TPU_DTYPE_BF16, BG_MM, 1, shapes[s][0], shapes[s][1], shapes[s][2], la, lb, 1, 0, true);
   /* On AMX (host/gemm_amx.c) K = 2040 (64 K tiles) makes chunks of 4 tile pairs: the
    * larger operand's 7 pairs are a whole chunk and a last one of 3, B held and A held. */
   for (int l = 0; l < 3; ++l) {
-    bf16_gemm_case(BG_MM, 1, 40, 2040, 200, l, (l + 1) % 3, 1, 0, true);
-    bf16_gemm_case(BG_MM, 1, 200, 2040, 40, (l + 2) % 3, l, 1, 0, true);
+    gemm_case(TPU_DTYPE_BF16, BG_MM, 1, 40, 2040, 200, l, (l + 1) % 3, 1, 0, true);
+    gemm_case(TPU_DTYPE_BF16, BG_MM, 1, 200, 2040, 40, (l + 2) % 3, l, 1, 0, true);
   }
-  bf16_gemm_case(BG_ADDMM, 1, 67, 131, 93, 0, 1, 0.5, -2, true);
-  bf16_gemm_case(BG_ADDMM, 1, 203, 515, 261, 1, 0, 2, 0.25, true);
-  bf16_gemm_case(BG_ADDMM, 1, 9, 7, 70, 2, 2, -1, 0, true); /* beta 0: C not read */
-  bf16_gemm_case(BG_ADDMM, 1, 3, 131, 93, 0, 1, 0.5, -2, true);
-  bf16_gemm_case(BG_ADDMM, 1, 4, 131, 93, 1, 0, -2, 0.25, true);
-  bf16_gemm_case(BG_BMM, 3, 13, 33, 70, 0, 1, 1, 0, true);
-  bf16_gemm_case(BG_BMM, 2, 1, 33, 70, 0, 0, 1, 0, true);
-  bf16_gemm_case(BG_BADDBMM, 3, 13, 33, 70, 1, 2, 0.5, 2, true);
-  bf16_gemm_case(BG_ADDBMM, 3, 13, 33, 70, 0, 0, 0.5, -1, true);
+  gemm_case(TPU_DTYPE_BF16, BG_ADDMM, 1, 67, 131, 93, 0, 1, 0.5, -2, true);
+  gemm_case(TPU_DTYPE_BF16, BG_ADDMM, 1, 203, 515, 261, 1, 0, 2, 0.25, true);
+  gemm_case(TPU_DTYPE_BF16, BG_ADDMM, 1, 9, 7, 70, 2, 2, -1, 0, true); /* beta 0: C not read */
+  gemm_case(TPU_DTYPE_BF16, BG_ADDMM, 1, 3, 131, 93, 0, 1, 0.5, -2, true);
+  gemm_case(TPU_DTYPE_BF16, BG_ADDMM, 1, 4, 131, 93, 1, 0, -2, 0.25, true);
+  gemm_case(TPU_DTYPE_BF16, BG_BMM, 3, 13, 33, 70, 0, 1, 1, 0, true);
+  gemm_case(TPU_DTYPE_BF16, BG_BMM, 2, 1, 33, 70, 0, 0, 1, 0, true);
+  gemm_case(TPU_DTYPE_BF16, BG_BADDBMM, 3, 13, 33, 70, 1, 2, 0.5, 2, true);
+  gemm_case(TPU_DTYPE_BF16, BG_ADDBMM, 3, 13, 33, 70, 0, 0, 0.5, -1, true);
   /* values that are not exact: within f32 accumulation error and a bf16 ulp */
-  bf16_gemm_case(BG_MM, 1, 203, 515, 261, 0, 1, 1, 0, false);
-  bf16_gemm_case(BG_BADDBMM, 2, 67, 1001, 93, 1, 0, 0.75, 1.5, false);
-  bf16_gemm_case(BG_MM, 1, 3, 2049, 300, 0, 1, 1, 0, false);
-  bf16_gemm_case(BG_MM, 1, 3, 2049, 300, 1, 0, 1, 0, false);
+  gemm_case(TPU_DTYPE_BF16, BG_MM, 1, 203, 515, 261, 0, 1, 1, 0, false);
+  gemm_case(TPU_DTYPE_BF16, BG_BADDBMM, 2, 67, 1001, 93, 1, 0, 0.75, 1.5, false);
+  gemm_case(TPU_DTYPE_BF16, BG_MM, 1, 3, 2049, 300, 0, 1, 1, 0, false);
+  gemm_case(TPU_DTYPE_BF16, BG_MM, 1, 3, 2049, 300, 1, 0, 1, 0, false);
+}
+
+static void test_f32_gemm(void) {
+  /* (M, K, N) for the AVX-512 kernel (host/gemm_avx512f32.c, at least 8 rows) where the
+   * CPU has it: M off the 6 x 64 register block (a last row panel of 1..5 rows), N
+   * across column panels and tasks of 128, K = 1 and K across blocks of at most 512
+   * (1031: two of 516; 2050: five of 410); 203 x 515 x 261 runs on the pool. Fewer than 8
+   * rows stay on sgemm. */
+  static const int64_t shapes[][3] = {{8, 1, 1}, {13, 3, 70}, {6, 64, 64}, {7, 5, 9}, {67, 131, 93},
+                                      {203, 515, 261}, {9, 1031, 129}, {67, 2050, 131}, {512, 64, 257}};
+  for (size_t s = 0; s < sizeof shapes / sizeof *shapes; ++s)
+    for (int la = 0; la < 3; ++la)
+      for (int lb = 0; lb < 3; ++lb)
+        gemm_case(TPU_DTYPE_F32, BG_MM, 1, shapes[s][0], shapes[s][1], shapes[s][2], la, lb, 1, 0, true);
+  gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 67, 131, 93, 0, 1, 0.5, -2, true);
+  gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 203, 1031, 261, 1, 0, 2, 0.25, true); /* beta on the first K block only */
+  gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 9, 7, 70, 2, 2, -1, 0, true); /* beta 0: C not read */
+  gemm_case(TPU_DTYPE_F32, BG_BADDBMM, 3, 13, 33, 70, 1, 2, 0.5, 2, true);
+  gemm_case(TPU_DTYPE_F32, BG_ADDBMM, 3, 13, 33, 70, 0, 0, 0.5, -1, true);
+  /* values that are not exact: within f32 accumulation error */
+  gemm_case(TPU_DTYPE_F32, BG_MM, 1, 203, 515, 261, 0, 1, 1, 0, false);
+  gemm_case(TPU_DTYPE_F32, BG_BADDBMM, 2, 67, 1001, 93, 1, 0, 0.75, 1.5, false);
 }
 
 /* ---- convolution ------------------------------------------------------------------------ */
@@ -646,6 +673,7 @@ int main(void) {
   test_gemm_errors();
   test_gemm_empty();
   test_bf16_gemm();
+  test_f32_gemm();
   test_conv2d();
   test_conv_transposed_and_1d();
   test_max_pool();

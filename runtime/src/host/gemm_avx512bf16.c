@@ -11,7 +11,7 @@
  *
  * Loops: the output is cut into tasks that the pool shares out: column strips of at most
  * NC columns spanning all rows (at most MC), cut further only to give every thread work
- * (split_tasks). Within a task, for each K block of kcp pairs (kp split evenly into
+ * (tpu__split_tasks). Within a task, for each K block of kcp pairs (kp split evenly into
  * blocks of at most KCP), the task packs its B panels into its thread's buffer (kcp x nc
  * words, which stays in L2) just before use, so every B panel is packed once and never
  * goes out to memory; then each NR-column B micro-panel meets every MR-row A micro-panel
@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "host/avx512.h"
 #include "host/host.h"
 
 /* On every function of this file (not a file-wide flag: the library's other code and the
@@ -54,39 +55,11 @@ BF16_TARGET static inline uint32_t pair_at(const uint16_t* p, int64_t second) {
   return (uint32_t)p[0] | (uint32_t)p[second] << 16;
 }
 
-/* In-register transpose of 16 rows of 16 32-bit words: afterwards r[c] holds column c. */
-BF16_TARGET static inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  /* r[4i + j], 128-bit lane k: rows 4i..4i+3 of column 4k + j */
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x88);
-    t[4 + j] = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xdd);
-    t[8 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x88);
-    t[12 + j] = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xdd);
-  }
-  for (int j = 0; j < 4; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
-    r[4 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0x88);
-    r[12 + j] = _mm512_shuffle_i32x4(t[4 + j], t[12 + j], 0xdd);
-  }
-}
-
 /* tpu__transpose_words16 (host.h). */
 BF16_TARGET void tpu__transpose_words16(uint32_t* t) {
   __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(t + 16 * i);
-  transpose16(r);
+  tpu__avx512_transpose16(r);
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(t + 16 * i, r[i]);
 }
 
@@ -106,7 +79,7 @@ BF16_TARGET void tpu__bf16_pack_pairs(uint32_t* dst, int lanes, const uint16_t* 
         for (int l = 0; l < 16; ++l)
           r[l] = l0 + l < n ? _mm512_maskz_loadu_epi32(m, base + (l0 + l) * sl + 2 * p0)
                             : _mm512_setzero_si512();
-        transpose16(r);
+        tpu__avx512_transpose16(r);
         for (int c = 0; c < 16 && p0 + c < full; ++c)
           _mm512_storeu_si512(dst + (p0 + c) * lanes + l0, r[c]);
       }
@@ -230,7 +203,7 @@ BF16_TARGET static void pack_a_group(void* ctx, int64_t grp, int tid) {
       for (int l = 0; l < 16; ++l)
         r[l] = l < nrow && rb + l < g->M ? _mm512_maskz_loadu_epi32(m, a + (rb + l) * g->sam + 2 * p0)
                                          : _mm512_setzero_si512();
-      transpose16(r);
+      tpu__avx512_transpose16(r);
       for (int l0 = 0; l0 < nrow;) {
         int64_t row = rb + l0, panel = row / MR;
         int lane = (int)(row % MR), cnt = MR - lane < nrow - l0 ? MR - lane : nrow - l0;
@@ -394,50 +367,6 @@ BF16_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   }
 }
 
-/* Work items (panels to pack, tasks) go to whichever pool thread asks next rather than in
- * static chunks: on cores shared with other processes a thread that is descheduled for a
- * while then does less, instead of the whole product waiting on its fixed share. Each item
- * is computed whole by one thread in a fixed order, so results do not depend on who. */
-typedef void (*item_fn)(void* ctx, int64_t item, int tid);
-
-typedef struct items_s {
-  void* ctx;
-  item_fn fn;
-  int64_t n;
-  atomic_int_fast64_t next;
-} items_t;
-
-BF16_TARGET static tpu_status_t items_worker(void* arg, int64_t b, int64_t e, int tid) {
-  items_t* w = arg;
-  for (int64_t i; (i = atomic_fetch_add(&w->next, 1)) < w->n;) w->fn(w->ctx, i, tid);
-  return NULL;
-}
-
-BF16_TARGET static tpu_status_t run_items(void* ctx, item_fn fn, int64_t n, int threads) {
-  items_t w = {.ctx = ctx, .fn = fn, .n = n};
-  atomic_init(&w.next, 0);
-  return tpu__parallel_for(threads < n ? threads : n, 1, items_worker, &w);
-}
-
-BF16_TARGET static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* Cuts C into tasks of at most MC x NC, of even sizes, and at least 4 per thread where
- * the matrix allows, so the threads finish close together: columns are split first (down
- * to one micro-panel), since a task spanning all rows packs its B panels once, then
- * rows. Returns the task count. */
-BF16_TARGET static int64_t split_tasks(bf16_gemm_t* g, int threads) {
-  int64_t mb = cdiv(g->M, MC), nb = cdiv(g->N, NC);
-  while (threads > 1 && mb * nb < 4 * threads) {
-    if (cdiv(g->N, nb) >= 2 * NR) nb *= 2;
-    else if (cdiv(g->M, mb) >= 2 * MR) mb *= 2;
-    else break;
-  }
-  g->mc = cdiv(cdiv(g->M, mb), MR) * MR;
-  g->nc = cdiv(cdiv(g->N, nb), NR) * NR;
-  g->ntasks = cdiv(g->N, g->nc);
-  return cdiv(g->M, g->mc) * g->ntasks;
-}
-
 /* ---- few rows (M <= SMALL_M): no packed B ---------------------------------------------
  * With a handful of rows (a linear layer at decode) packing B costs more than the product,
  * which is bound by reading B once. A's rows are copied dense (f32 for the row-major B
@@ -541,8 +470,8 @@ BF16_TARGET static tpu_status_t gemm_small(int64_t M, int64_t N, int64_t K, floa
   s.a = buf;
   /* bound by reading B: worth a region once B is a few hundred KiB */
   int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
-  tpu_status_t st = cols ? run_items(&s, small_cols_block, (N + 15) / 16, threads)
-                         : run_items(&s, small_rows_block, (N + 63) / 64, threads);
+  tpu_status_t st = cols ? tpu__run_items(&s, small_cols_block, (N + 15) / 16, threads)
+                         : tpu__run_items(&s, small_rows_block, (N + 63) / 64, threads);
   tpu__free(buf);
   return st;
 }
@@ -569,9 +498,9 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
   /* below the BLAS threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
   int threads = serial ? 1 : tpu__num_threads();
-  int64_t tasks = split_tasks(&g, threads);
-  int64_t kblocks = cdiv(g.kp, KCP);
-  g.kcp = cdiv(g.kp, kblocks);
+  int64_t tasks = tpu__split_tasks(M, N, MR, NR, MC, NC, threads, &g.mc, &g.nc, &g.ntasks);
+  int64_t kblocks = tpu__cdiv(g.kp, KCP);
+  g.kcp = tpu__cdiv(g.kp, kblocks);
   /* Row-major A with an even K is read in place, each pair a 32-bit word of its row (an
    * odd K's last pair would read past the row): measured 1-3% faster than packing it. */
   bool direct_a = sak == 1 && K % 2 == 0;
@@ -591,10 +520,10 @@ BF16_TARGET tpu_status_t tpu__gemm_bf16(int64_t M, int64_t N, int64_t K, float a
   g.pa = direct_a ? NULL : (uint32_t*)base;
   g.pbt = (uint32_t*)(base + na);
   tpu_status_t st = direct_a ? NULL
-                    : sak == 1 ? run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
-                    : sam == 1 ? run_items(&g, pack_a_cols, cdiv(g.kp, A_COLS_PAIRS), threads)
-                               : run_items(&g, pack_a_panel, ma, threads);
-  if (!st) st = run_items(&g, run_task, tasks, threads);
+                    : sak == 1 ? tpu__run_items(&g, pack_a_group, (M + A_GROUP - 1) / A_GROUP, threads)
+                    : sam == 1 ? tpu__run_items(&g, pack_a_cols, tpu__cdiv(g.kp, A_COLS_PAIRS), threads)
+                               : tpu__run_items(&g, pack_a_panel, ma, threads);
+  if (!st) st = tpu__run_items(&g, run_task, tasks, threads);
   tpu__free(buf);
   return st;
 }

@@ -173,6 +173,18 @@ void tpu__blas_prepare(void);
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc);
 
+/* f32 GEMM with AVX-512 FMAs (host/gemm_avx512f32.c): row-major f32 C[M, N] (row stride
+ * ldc) = alpha * A B + beta * C, C not read when beta is 0; element (i, k) of A is
+ * a[i * sam + k * sak], element (k, j) of B is b[k * sbk + j * sbn] (any strides, in
+ * elements). M, N, K > 0. Splits work over the pool (serial for small products or inside
+ * a region); calls no BLAS. tpu__gemm takes it for f32 products where
+ * tpu__gemm_f32_supported(): the CPU has AVX512F/BW/VL/DQ and TORCHTPU_F32_GEMM is not
+ * "blas" (host/linalg.c reads it, once). */
+bool tpu__gemm_f32_supported(void);
+tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
+                           int64_t sak, const float* b, int64_t sbk, int64_t sbn, float beta, float* c,
+                           int64_t ldc);
+
 /* bf16 GEMM with AVX512-BF16 (host/gemm_avx512bf16.c). Row-major f32 C[M, N] (row stride
  * ldc) = alpha * A B + beta * C, with C not read when beta is 0; element (i, k) of A is
  * a[i * sam + k * sak], element (k, j) of B is b[k * sbk + j * sbn] (any strides, in

@@ -76,6 +76,9 @@ typedef struct pgemm_s {
 /* Each call packs the other operand whole (B for a row block, A for a column block), so
  * blocks are long enough to amortize that: measured on 2 cores (AVX2 EPYC), 512x1024x4096
  * at 1 thread 49-52 GFLOP/s with 32-row blocks, 71 with 64, 75 with 128. */
+/* f32 products with at least this many rows run on host/gemm_avx512f32.c where the CPU
+ * has AVX-512 (tpu__gemm_f32_supported); fewer rows stay on BLAS. */
+#define F32_NATIVE_MIN_M 8
 #define GEMM_ROW_BLOCK 128
 #define GEMM_COL_BLOCK 256
 
@@ -95,8 +98,32 @@ static tpu_status_t pgemm_blocks(void* arg, int64_t b, int64_t e, int tid) {
   return NULL;
 }
 
+/* Whether f32 products run on host/gemm_avx512f32.c, resolved once: the CPU has the
+ * AVX-512 subset it is compiled for and TORCHTPU_F32_GEMM is not "blas" (to compare the
+ * two, or to test the BLAS path on a CPU that has the instructions). */
+bool tpu__gemm_f32_supported(void) {
+  static atomic_int cached = -1;
+  int v = atomic_load(&cached);
+  if (v < 0) {
+    const char* e = getenv("TORCHTPU_F32_GEMM");
+    v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && !(e && strcmp(e, "blas") == 0);
+    atomic_store(&cached, v);
+  }
+  return v > 0;
+}
+
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
+  if (cd == TPU_DTYPE_F32 && M >= F32_NATIVE_MIN_M && K > 0 && alpha != 0 && tpu__gemm_f32_supported()) {
+    /* (alpha == 0 stays on BLAS, which skips the product: NaN or inf in A or B does not
+     * reach C) */
+    /* ta: A stored [K][M]; tb: B stored [N][K] */
+    tpu_status_t st = tpu__gemm_f32(M, N, K, (float)alpha, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb,
+                                    tb ? ldb : 1, (float)beta, C, ldc);
+    if (!st) return;
+    tpu_status_free(st); /* host OOM for its B buffers: BLAS packs less */
+  }
   if (2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS) {
     blas_gemm(cd, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;

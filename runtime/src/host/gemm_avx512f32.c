@@ -1,0 +1,188 @@
+/* f32 GEMM with AVX-512 FMAs; contract in host/host.h (tpu__gemm_f32).
+ *
+ * The same loops as the bf16 kernel (host/gemm_avx512bf16.c), one K value per step
+ * instead of a pair: the output is cut into tasks that the pool shares out (column strips
+ * of at most NC columns spanning all rows, cut further only to give every thread work,
+ * tpu__split_tasks). Within a task, for each K block of kc values (K split evenly into
+ * blocks of at most KC), the task packs its B panels into its thread's buffer (kc x nc
+ * floats, which stays in L2) just before use; then each NR-column B micro-panel meets
+ * every MR-row micro-panel of A. A is never packed: the microkernel broadcasts its
+ * elements from wherever they are (row-major A: six row streams, prefetched ahead; a
+ * transposed A: the six rows of one K value are adjacent), so the product costs one pass
+ * over B's packing and none over A's. The microkernel keeps an MR x NR block of C in 24
+ * zmm accumulators: per K value, NV loads of B, MR broadcasts of A, MR * NV FMAs.
+ *
+ * Each element of C is the sum over K in K blocks of fixed size, each block summed in K
+ * order, whatever the task shape or thread count: results do not depend on how many
+ * threads run the product.
+ *
+ * Every function here is compiled for AVX-512 (AVX512_TARGET); host/linalg.c calls in
+ * only after tpu__gemm_f32_supported(), its cpuid check. */
+#include <string.h>
+
+#include "host/avx512.h"
+#include "host/host.h"
+
+#define MR 6
+#define NV 4             /* zmm vectors of 16 f32 per C row */
+#define NR (16 * NV)
+#define KC 512           /* K values per block at most */
+#define NC 128           /* task columns at most */
+#define MC 2048          /* task rows at most */
+#define PACK_AHEAD 4     /* row-major B: rows prefetched ahead while packing */
+
+typedef struct f32_gemm_s {
+  int64_t M, N, K;
+  const float *a, *b;
+  int64_t sam, sak, sbk, sbn; /* strides in elements */
+  float alpha, beta;
+  float* c;
+  int64_t ldc;
+  float* pbt;         /* per thread: one K block of a task's B panels, kc * nc floats */
+  int64_t kc;         /* K values per block: K split evenly into blocks of at most KC */
+  int64_t mc, nc;     /* task size: multiples of MR and NR */
+  int64_t ntasks;     /* tasks per row of tasks */
+} f32_gemm_t;
+
+/* Packs kb K values of n columns of B, starting at base (element (k, j) at
+ * base[k * sk + j * sn]), into panels of NR columns pstride floats apart, each panel
+ * K-major (NR floats per K value). Columns past n, to the end of the last panel, are
+ * zero. dst and pstride are 64-byte aligned. */
+AVX512_TARGET static void pack_b(float* dst, int64_t pstride, const float* base, int64_t sk, int64_t sn, int n,
+                                 int64_t kb) {
+  int cols = (n + NR - 1) / NR * NR;
+#define AT(k, l) (dst + (int64_t)((l) / NR) * pstride + (k) * NR + (l) % NR)
+  if (sn == 1) {
+    /* row-major B: each K row is one run of n floats */
+    for (int64_t k = 0; k < kb; ++k) {
+      const float* r = base + k * sk;
+      if (k + PACK_AHEAD < kb)
+        for (int l = 0; l < n; l += 16) _mm_prefetch((const char*)(r + PACK_AHEAD * sk + l), _MM_HINT_T0);
+      for (int l = 0; l < cols; l += 16) {
+        int cnt = n - l < 0 ? 0 : n - l < 16 ? n - l : 16;
+        _mm512_store_ps(AT(k, l), _mm512_maskz_loadu_ps((__mmask16)((1u << cnt) - 1), r + l));
+      }
+    }
+  } else if (sk == 1) {
+    /* transposed B (a linear layer's weight): K runs adjacent in memory, 16 columns x 16
+     * K values transposed in registers */
+    for (int l0 = 0; l0 < cols; l0 += 16)
+      for (int64_t k0 = 0; k0 < kb; k0 += 16) {
+        __mmask16 m = kb - k0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (kb - k0)) - 1);
+        __m512i r[16];
+        for (int l = 0; l < 16; ++l)
+          r[l] = l0 + l < n ? _mm512_maskz_loadu_epi32(m, base + (l0 + l) * sn + k0) : _mm512_setzero_si512();
+        tpu__avx512_transpose16(r);
+        for (int c = 0; c < 16 && k0 + c < kb; ++c) _mm512_store_si512(AT(k0 + c, l0), r[c]);
+      }
+  } else {
+    for (int64_t k = 0; k < kb; ++k)
+      for (int l = 0; l < cols; ++l) *AT(k, l) = l < n ? base[k * sk + l * sn] : 0.0f;
+  }
+#undef AT
+}
+
+/* C[mr, nr] (row stride ldc) = alpha * acc + beta * C on the first K block (C not read
+ * when beta is 0), C += alpha * acc on later ones. A's element (r, k) is a[r * ars + k *
+ * aks], rows from mr on repeating the last (their sums are not stored). Inlined into
+ * each caller, so the row-major call keeps a unit K stride. */
+AVX512_TARGET static inline __attribute__((always_inline)) void microkernel(
+    int64_t kc, const float* a, int64_t ars, int64_t aks, const float* b, float* c, int64_t ldc, int mr, int nr,
+    float alpha, float beta, bool first) {
+  const float* ar[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) ar[r] = a + (r < mr ? r : mr - 1) * ars;
+  __m512 acc[MR][NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  /* the C tile is fetched for writing while the K loop runs (as in the bf16 kernel) */
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) break;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * 16, 1, 3);
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    __m512 bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * NR + v * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      /* row-major A: six streams, each fetched a line ahead once per line */
+      if (aks == 1 && (k & 15) == 0) _mm_prefetch((const char*)(ar[r] + k + 64), _MM_HINT_T0);
+      __m512 av = _mm512_set1_ps(ar[r][k * aks]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+  __mmask16 mk[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    int cnt = nr - v * 16;
+    mk[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
+  }
+  /* rows unrolled with a guard, so the accumulators stay in registers */
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    if (r >= mr) break;
+    float* cr = c + r * ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = _mm512_mul_ps(acc[r][v], va);
+      if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + v * 16));
+      else if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v], cr + v * 16), vb, x);
+      _mm512_mask_storeu_ps(cr + v * 16, mk[v], x);
+    }
+  }
+}
+
+/* Task t: an mc x nc block of C, row-major over the grid of tasks. */
+AVX512_TARGET static void run_task(void* ctx, int64_t t, int tid) {
+  f32_gemm_t* g = ctx;
+  int64_t m0 = t / g->ntasks * g->mc, n0 = t % g->ntasks * g->nc;
+  int64_t m1 = m0 + g->mc < g->M ? m0 + g->mc : g->M, n1 = n0 + g->nc < g->N ? n0 + g->nc : g->N;
+  float* pbt = g->pbt + (int64_t)tid * g->kc * g->nc;
+  for (int64_t k0 = 0; k0 < g->K; k0 += g->kc) {
+    int64_t kb = g->K - k0 < g->kc ? g->K - k0 : g->kc;
+    pack_b(pbt, kb * NR, g->b + k0 * g->sbk + n0 * g->sbn, g->sbk, g->sbn, (int)(n1 - n0), kb);
+    for (int64_t j = n0; j < n1; j += NR) {
+      const float* pb = pbt + (j - n0) / NR * kb * NR;
+      int nr = (int)(n1 - j < NR ? n1 - j : NR);
+      for (int64_t i = m0; i < m1; i += MR) {
+        int mr = (int)(m1 - i < MR ? m1 - i : MR);
+        const float* a = g->a + i * g->sam + k0 * g->sak;
+        float* c = g->c + i * g->ldc + j;
+        if (g->sak == 1)
+          microkernel(kb, a, g->sam, 1, pb, c, g->ldc, mr, nr, g->alpha, g->beta, k0 == 0);
+        else
+          microkernel(kb, a, g->sam, g->sak, pb, c, g->ldc, mr, nr, g->alpha, g->beta, k0 == 0);
+      }
+    }
+  }
+}
+
+AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
+                                         int64_t sak, const float* b, int64_t sbk, int64_t sbn, float beta, float* c,
+                                         int64_t ldc) {
+  f32_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
+                  .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
+  if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
+  /* below the split threshold a region's wake-up costs more than it saves */
+  bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
+  int threads = serial ? 1 : tpu__num_threads();
+  int64_t tasks = tpu__split_tasks(M, N, MR, NR, MC, NC, threads, &g.mc, &g.nc, &g.ntasks);
+  g.kc = tpu__cdiv(K, tpu__cdiv(K, KC));
+  uint64_t nbw;
+  if (!tpu__mul_ok((uint64_t)threads * (uint64_t)(g.kc * g.nc), sizeof(float), &nbw) || nbw > SIZE_MAX - 128)
+    return TPU_HOST_NOMEM();
+  /* 64-byte aligned: the B buffers and panels (kc x NR floats) start on a cache line */
+  char* buf = tpu__malloc((size_t)nbw + 64);
+  if (!buf) return TPU_HOST_NOMEM();
+  g.pbt = (float*)(((uintptr_t)buf + 63) & ~(uintptr_t)63);
+  tpu_status_t st = tpu__run_items(&g, run_task, tasks, threads);
+  tpu__free(buf);
+  return st;
+}
