@@ -24,7 +24,10 @@ def gemm_rows(devices, dtypes, shapes):
             row = {"op": f"matmul {name}", "dtype": str(dt).replace("torch.", "")}
             for dev in devices:
                 a, b = a32.to(dt).to(dev), b32.to(dt).to(dev)
-                t = bench(lambda: torch.mm(a, b), dev, warmup=1, reps=3)
+                # two warm-up runs: the first product of a process (the pool's threads
+                # waking, fresh pages) measured 240-260 GFLOP/s where later ones of the same
+                # shape ran 420+ (Zen 5, f32 qkv)
+                t = bench(lambda: torch.mm(a, b), dev, warmup=2, reps=3)
                 row[dev] = 2.0 * M * N * K / t  # FLOP/s
             progress(f"gemm {name} {dt}: " + ", ".join(f"{d} {row[d] / 1e9:.1f} GFLOP/s" for d in devices))
             rows.append(row)
