@@ -255,9 +255,9 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
     // list member must be on tpu (an in-place result must land in self itself).
     for (int i = 0; i < n_args; ++i) {
       if (!args[i].isTensorList()) continue;
-      auto list = args[i].toTensorList();
+      c10::ArrayRef<c10::IValue> list = args[i].toListRef();  // no reference counting per member
       for (size_t k = 0; k < list.size(); ++k) {
-        at::Tensor t = list.get(k);
+        const at::Tensor& t = list[k].toTensor();
         TORCH_CHECK(!t.defined() || t.device().type() == kTpu, name,
                     ": Expected all tensors to be on the same device, but found at least two devices, tpu:",
                     int(dev), " and ", t.device().str(), "! (argument ", i, ", list position ", k, ")");
@@ -375,8 +375,14 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
         if (nd < 0) continue;  // absent (e.g. max_exp_avg_sqs without amsgrad)
         at::Tensor out;
         if (variant == TPU_VARIANT_INPLACE) {
-          const c10::IValue& w = args[written_args[i]];
-          out = w.isTensorList() ? w.toTensorList().get(static_cast<size_t>(k)) : w.toTensor();
+          const tpu_arg_t& wa = targs[written_args[i]];
+          if (wa.kind == TPU_ARG_TENSORLIST) {
+            // a written list's views were taken when the arguments were converted (every
+            // member is on tpu, checked above): position k's is the output's view
+            check(tpu_node_bind_output(nodes[k], i, &wa.tensors[k]));
+            continue;
+          }
+          out = args[written_args[i]].toTensor();
         } else {
           out = at::empty(at::IntArrayRef(sizes, nd), at::TensorOptions()
                                                           .dtype(static_cast<at::ScalarType>(dt))
