@@ -324,10 +324,15 @@ static void test_f32_gemm(void) {
   /* (M, K, N) for the AVX-512 kernel (host/gemm_avx512f32.c, at least 8 rows) where the
    * CPU has it: M off the 6 x 64 register block (a last row panel of 1..5 rows), N
    * across column panels and tasks of 128, K = 1 and K across blocks of at most 512
-   * (1031: two of 516; 2050: five of 410); 203 x 515 x 261 runs on the pool. Fewer than 8
-   * rows stay on sgemm. */
+   * (1031: two of 516; 2050: five of 410); 203 x 515 x 261 runs on the pool. Up to 6
+   * rows take the few-rows kernels where B is row-major or both are K-contiguous (K
+   * across 16-value steps with a masked tail, N across 64-column and 16-column blocks,
+   * 6 x 1025 x 1100 over the pool); 7 rows, and transposed A with transposed B, stay on
+   * sgemm. */
   static const int64_t shapes[][3] = {{8, 1, 1}, {13, 3, 70}, {6, 64, 64}, {7, 5, 9}, {67, 131, 93},
-                                      {203, 515, 261}, {9, 1031, 129}, {67, 2050, 131}, {512, 64, 257}};
+                                      {203, 515, 261}, {9, 1031, 129}, {67, 2050, 131}, {512, 64, 257},
+                                      {1, 1, 1}, {1, 37, 70}, {2, 16, 16}, {3, 300, 129}, {5, 17, 5},
+                                      {6, 1025, 1100}};
   for (size_t s = 0; s < sizeof shapes / sizeof *shapes; ++s)
     for (int la = 0; la < 3; ++la)
       for (int lb = 0; lb < 3; ++lb)
@@ -335,6 +340,8 @@ static void test_f32_gemm(void) {
   gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 67, 131, 93, 0, 1, 0.5, -2, true);
   gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 203, 1031, 261, 1, 0, 2, 0.25, true); /* beta on the first K block only */
   gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 9, 7, 70, 2, 2, -1, 0, true); /* beta 0: C not read */
+  gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 3, 131, 93, 0, 1, 0.5, -2, true);
+  gemm_case(TPU_DTYPE_F32, BG_ADDMM, 1, 4, 131, 93, 1, 0, -2, 0.25, true);
   gemm_case(TPU_DTYPE_F32, BG_BADDBMM, 3, 13, 33, 70, 1, 2, 0.5, 2, true);
   gemm_case(TPU_DTYPE_F32, BG_ADDBMM, 3, 13, 33, 70, 0, 0, 0.5, -1, true);
   /* values that are not exact: within f32 accumulation error */

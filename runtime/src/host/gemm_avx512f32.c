@@ -30,6 +30,8 @@
 #define NC 128           /* task columns at most */
 #define MC 2048          /* task rows at most */
 #define PACK_AHEAD 4     /* row-major B: rows prefetched ahead while packing */
+/* Fewer rows than this take the few-rows kernels below where their layout allows. */
+#define F32_MIN_PACKED_M 8
 
 typedef struct f32_gemm_s {
   int64_t M, N, K;
@@ -164,12 +166,124 @@ AVX512_TARGET static void run_task(void* ctx, int64_t t, int tid) {
   }
 }
 
+/* ---- few rows (M <= SMALL_M): B read in place ------------------------------------------
+ * With a handful of rows (a linear layer at decode) the product is bound by reading B
+ * once, and packing B would read it twice more. Row-major B: each K row's 64-column run
+ * is loaded once and multiplied by every row's broadcast A element (A at any strides).
+ * Transposed B (K contiguous, a linear layer's weight): dot products of A's rows
+ * (contiguous K) with SMALL_JT rows of B at a time, 16 K values per step, the tails
+ * masked. Column blocks go over the pool once B is past a few hundred KiB. */
+#define SMALL_M 6
+#define SMALL_JT 4
+
+typedef struct f32_small_s {
+  int64_t M, N, K;
+  const float *a, *b;
+  int64_t sam, sak, sbk, sbn;
+  float alpha, beta;
+  float* c;
+  int64_t ldc;
+} f32_small_t;
+
+AVX512_TARGET static inline void small_store(const f32_small_t* s, float* c, __mmask16 m, __m512 acc) {
+  __m512 x = _mm512_mul_ps(acc, _mm512_set1_ps(s->alpha));
+  if (s->beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, c), _mm512_set1_ps(s->beta), x);
+  _mm512_mask_storeu_ps(c, m, x);
+}
+
+/* Row-major B (unit column stride): columns [64 blk, 64 blk + 64) of every row. */
+AVX512_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
+  const f32_small_t* s = ctx;
+  int64_t j0 = blk * NR;
+  int nr = (int)(s->N - j0 < NR ? s->N - j0 : NR);
+  __mmask16 m[NV];
+  for (int v = 0; v < NV; ++v) {
+    int cnt = nr - 16 * v;
+    m[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
+  }
+  __m512 acc[SMALL_M][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < SMALL_M; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < s->K; ++k) {
+    const float* br = s->b + k * s->sbk + j0;
+    __m512 bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], br + 16 * v);
+#pragma GCC unroll 8
+    for (int i = 0; i < SMALL_M; ++i) {
+      if (i >= s->M) break;
+      __m512 av = _mm512_set1_ps(s->a[i * s->sam + k * s->sak]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < SMALL_M; ++i) {
+    if (i >= s->M) break;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v)
+      if (m[v]) small_store(s, s->c + i * s->ldc + j0 + 16 * v, m[v], acc[i][v]);
+  }
+}
+
+/* Transposed B (unit K stride) with row-major A (unit K stride): output columns
+ * [16 blk, 16 blk + 16), SMALL_JT at a time. */
+AVX512_TARGET static void small_cols_block(void* ctx, int64_t blk, int tid) {
+  const f32_small_t* s = ctx;
+  int64_t j0 = blk * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
+  for (int64_t j = j0; j < j1; j += SMALL_JT) {
+    int nj = (int)(j1 - j < SMALL_JT ? j1 - j : SMALL_JT);
+    __m512 acc[SMALL_M][SMALL_JT];
+#pragma GCC unroll 8
+    for (int i = 0; i < SMALL_M; ++i)
+#pragma GCC unroll 8
+      for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < s->K; k += 16) {
+      __mmask16 m = s->K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (s->K - k)) - 1);
+      __m512 bv[SMALL_JT];
+#pragma GCC unroll 8
+      for (int t = 0; t < SMALL_JT; ++t)
+        bv[t] = t < nj ? _mm512_maskz_loadu_ps(m, s->b + (j + t) * s->sbn + k) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int i = 0; i < SMALL_M; ++i) {
+        if (i >= s->M) break;
+        __m512 av = _mm512_maskz_loadu_ps(m, s->a + i * s->sam + k);
+#pragma GCC unroll 8
+        for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_fmadd_ps(av, bv[t], acc[i][t]);
+      }
+    }
+    for (int i = 0; i < s->M; ++i)
+      for (int t = 0; t < nj; ++t) {
+        float* c = s->c + i * s->ldc + j + t;
+        float v = s->alpha * _mm512_reduce_add_ps(acc[i][t]);
+        *c = s->beta != 0.0f ? v + s->beta * *c : v;
+      }
+  }
+}
+
+static bool small_rows(int64_t M, int64_t sbn) { return M <= SMALL_M && sbn == 1; }
+static bool small_cols(int64_t M, int64_t sak, int64_t sbk) { return M <= SMALL_M && sbk == 1 && sak == 1; }
+
+bool tpu__gemm_f32_takes(int64_t M, int64_t sak, int64_t sbk, int64_t sbn) {
+  return M >= F32_MIN_PACKED_M || small_cols(M, sak, sbk) || small_rows(M, sbn);
+}
+
 AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
                                          int64_t sak, const float* b, int64_t sbk, int64_t sbn, float beta, float* c,
                                          int64_t ldc) {
   f32_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                   .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
+  if (M < F32_MIN_PACKED_M && (small_cols(M, sak, sbk) || small_rows(M, sbn))) {
+    f32_small_t sm = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
+                      .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
+    /* bound by reading B: worth a region once B is a few hundred KiB */
+    int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
+    return small_cols(M, sak, sbk) ? tpu__run_items(&sm, small_cols_block, (N + 15) / 16, threads)
+                                   : tpu__run_items(&sm, small_rows_block, (N + NR - 1) / NR, threads);
+  }
   /* below the split threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;
   int threads = serial ? 1 : tpu__num_threads();

@@ -73,12 +73,6 @@ typedef struct pgemm_s {
   char* C;
 } pgemm_t;
 
-/* f32 products with at least this many rows run on host/gemm_avx512f32.c where the CPU
- * has AVX-512 (tpu__gemm_f32_supported); fewer rows stay on BLAS (at 8 rows, 8x1024x1024
- * with B transposed ran at 116-123 GFLOP/s against sgemm's 65-90 on Zen 5; fewer rows
- * were not compared). */
-#define F32_NATIVE_MIN_M 8
-
 /* Each call packs the other operand whole (B for a row block, A for a column block), so
  * blocks are long enough to amortize that: measured on 2 cores (AVX2 EPYC), 512x1024x4096
  * at 1 thread 49-52 GFLOP/s with 32-row blocks, 71 with 64, 75 with 128. */
@@ -118,7 +112,8 @@ bool tpu__gemm_f32_supported(void) {
 
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
-  if (cd == TPU_DTYPE_F32 && M >= F32_NATIVE_MIN_M && K > 0 && alpha != 0 && tpu__gemm_f32_supported()) {
+  if (cd == TPU_DTYPE_F32 && K > 0 && alpha != 0 && tpu__gemm_f32_supported() &&
+      tpu__gemm_f32_takes(M, ta ? lda : 1, tb ? 1 : ldb, tb ? ldb : 1)) {
     /* ta: A stored [K][M]; tb: B stored [N][K]. (alpha == 0 stays on BLAS, which skips
      * the product: NaN or inf in A or B does not reach C.) */
     tpu_status_t st = tpu__gemm_f32(M, N, K, (float)alpha, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb,
