@@ -172,7 +172,7 @@ AVX512_TARGET static void run_task(void* ctx, int64_t t, int tid) {
  * is loaded once and multiplied by every row's broadcast A element (A at any strides).
  * Transposed B (K contiguous, a linear layer's weight): dot products of A's rows
  * (contiguous K) with SMALL_JT rows of B at a time, 16 K values per step, the tails
- * masked. Column blocks go over the pool once B is past a few hundred KiB. */
+ * masked. Column blocks go over the pool once B is past 256K elements (1 MiB). */
 #define SMALL_M 6
 #define SMALL_JT 4
 
@@ -279,7 +279,7 @@ AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float 
   if (M < F32_MIN_PACKED_M && (small_cols(M, sak, sbk) || small_rows(M, sbn))) {
     f32_small_t sm = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                       .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
-    /* bound by reading B: worth a region once B is a few hundred KiB */
+    /* bound by reading B: worth a region once B is past 256K elements */
     int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
     return small_cols(M, sak, sbk) ? tpu__run_items(&sm, small_cols_block, (N + 15) / 16, threads)
                                    : tpu__run_items(&sm, small_rows_block, (N + NR - 1) / NR, threads);
