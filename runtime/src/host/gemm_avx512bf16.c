@@ -39,8 +39,8 @@
  * cpuid check keep the baseline ISA). */
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
-#define MR 6
-#define NV 4             /* zmm vectors of 16 f32 per C row */
+#define MR TPU_TILE_MR
+#define NV TPU_TILE_NV             /* zmm vectors of 16 f32 per C row */
 #define NR (16 * NV)
 /* Block sizes, measured on Zen 4 (32 KiB L1, 1 MiB L2, AVX-512 double-pumped) at the
  * bench's LLM shapes, 1 thread: KCP 512 beat 256 by ~2% (half the passes over C: each
@@ -284,15 +284,7 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  /* The C tile (one line per vector) is fetched, for writing, while the K loop runs:
-   * between K blocks it has usually left L2, and a load that misses at the write-back
-   * stalls the core (measured: ~5% of the product at 6 x 64 x 512 pairs). */
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (r >= mr) break;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * 16, 1, 3);
-  }
+  tpu__avx512_tile_prefetch(c, ldc, mr);
   for (int64_t p = 0; p < np; ++p) {
     __m512bh bv[NV];
 #pragma GCC unroll 8
@@ -308,26 +300,7 @@ BF16_TARGET static inline __attribute__((always_inline)) void microkernel(
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], av, bv[v]);
     }
   }
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  __mmask16 mk[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    int cnt = nr - v * 16;
-    mk[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
-  }
-  /* rows unrolled with a guard, so the accumulators stay in registers */
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (r >= mr) break;
-    float* cr = c + r * ldc;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + v * 16));
-      else if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v], cr + v * 16), vb, x);
-      _mm512_mask_storeu_ps(cr + v * 16, mk[v], x);
-    }
-  }
+  tpu__avx512_tile_store(acc, c, ldc, mr, nr, alpha, beta, first);
 }
 
 /* Task t: an mc x nc block of C, row-major over the grid of tasks. For each K block the
@@ -400,10 +373,7 @@ BF16_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
   for (int i = 0; i < SMALL_M; ++i)
     for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_setzero_ps();
   __mmask16 m[4];
-  for (int v = 0; v < 4; ++v) {
-    int cnt = nr - 16 * v;
-    m[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
-  }
+  for (int v = 0; v < 4; ++v) m[v] = tpu__avx512_lanes(nr - 16 * v);
   for (int64_t k = 0; k < s->K; ++k) {
     const uint16_t* br = s->b + k * s->sbk + j0;
     __m512 bv[4];

@@ -23,8 +23,8 @@
 #include "host/avx512.h"
 #include "host/host.h"
 
-#define MR 6
-#define NV 4             /* zmm vectors of 16 f32 per C row */
+#define MR TPU_TILE_MR
+#define NV TPU_TILE_NV             /* zmm vectors of 16 f32 per C row */
 #define NR (16 * NV)
 #define KC 512           /* K values per block at most */
 #define NC 128           /* task columns at most */
@@ -99,13 +99,7 @@ AVX512_TARGET static inline __attribute__((always_inline)) void microkernel(
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
-  /* the C tile is fetched for writing while the K loop runs (as in the bf16 kernel) */
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (r >= mr) break;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) __builtin_prefetch(c + r * ldc + v * 16, 1, 3);
-  }
+  tpu__avx512_tile_prefetch(c, ldc, mr);
   for (int64_t k = 0; k < kc; ++k) {
     __m512 bv[NV];
 #pragma GCC unroll 8
@@ -119,26 +113,7 @@ AVX512_TARGET static inline __attribute__((always_inline)) void microkernel(
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-  __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
-  __mmask16 mk[NV];
-#pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    int cnt = nr - v * 16;
-    mk[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
-  }
-  /* rows unrolled with a guard, so the accumulators stay in registers */
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (r >= mr) break;
-    float* cr = c + r * ldc;
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) {
-      __m512 x = _mm512_mul_ps(acc[r][v], va);
-      if (!first) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk[v], cr + v * 16));
-      else if (beta != 0.0f) x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk[v], cr + v * 16), vb, x);
-      _mm512_mask_storeu_ps(cr + v * 16, mk[v], x);
-    }
-  }
+  tpu__avx512_tile_store(acc, c, ldc, mr, nr, alpha, beta, first);
 }
 
 /* Task t: an mc x nc block of C, row-major over the grid of tasks. */
@@ -197,10 +172,7 @@ AVX512_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
   int64_t j0 = blk * NR;
   int nr = (int)(s->N - j0 < NR ? s->N - j0 : NR);
   __mmask16 m[NV];
-  for (int v = 0; v < NV; ++v) {
-    int cnt = nr - 16 * v;
-    m[v] = cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;
-  }
+  for (int v = 0; v < NV; ++v) m[v] = tpu__avx512_lanes(nr - 16 * v);
   __m512 acc[SMALL_M][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < SMALL_M; ++i)
@@ -265,9 +237,13 @@ AVX512_TARGET static void small_cols_block(void* ctx, int64_t blk, int tid) {
 
 static bool small_rows(int64_t M, int64_t sbn) { return M <= SMALL_M && sbn == 1; }
 static bool small_cols(int64_t M, int64_t sak, int64_t sbk) { return M <= SMALL_M && sbk == 1 && sak == 1; }
+/* few rows in a layout the few-rows kernels read */
+static bool small_product(int64_t M, int64_t sak, int64_t sbk, int64_t sbn) {
+  return M < F32_MIN_PACKED_M && (small_cols(M, sak, sbk) || small_rows(M, sbn));
+}
 
 bool tpu__gemm_f32_takes(int64_t M, int64_t sak, int64_t sbk, int64_t sbn) {
-  return M >= F32_MIN_PACKED_M || small_cols(M, sak, sbk) || small_rows(M, sbn);
+  return M >= F32_MIN_PACKED_M || small_product(M, sak, sbk, sbn);
 }
 
 AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
@@ -276,7 +252,7 @@ AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float 
   f32_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                   .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
-  if (M < F32_MIN_PACKED_M && (small_cols(M, sak, sbk) || small_rows(M, sbn))) {
+  if (small_product(M, sak, sbk, sbn)) {
     f32_small_t sm = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                       .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
     /* bound by reading B: worth a region once B is past 256K elements */
