@@ -654,6 +654,34 @@ def expected_failure(op_key, dtype_name, variant):
     return tables().EXPECTED_FAILURES.get((op_key, dtype_name, variant))
 
 
+def machine_class():
+    """The CPU features that pick the kernels of both sides of a comparison: ATen's CPU
+    capability (its vectorized kernels and oneDNN's), AVX512-BF16 and AMX (CPU's bf16
+    kernels, and libtpurt's bf16 GEMMs). Low-precision results of CPU's conv and matmul
+    kernels differ between classes, so a sample can fail against CPU on one and pass on
+    another; EXPECTED_FAILURES records the class its sweep ran on."""
+    import torch
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    cls = torch.backends.cpu.get_cpu_capability()
+    cls += "+bf16" if "avx512_bf16" in flags else ""
+    cls += "+amx" if "amx_bf16" in flags else ""
+    return cls
+
+
+def strict_passes():
+    """Whether a listed expected failure that passes is an error here: only on the machine
+    class the table was swept on (elsewhere CPU's own results may differ)."""
+    return getattr(tables(), "EXPECTED_FAILURES_MACHINE", None) in (None, machine_class())
+
+
 def run_unit(op_key, dtype_name, variants=None, limit=None, budget=None, skip_done=None,
              on_start=None, on_result=None):
     """Runs every sample of one (op, dtype) for the given variants. Yields records

@@ -827,6 +827,9 @@ def write_xfails(results_path, limit_note=""):
             "removing entries)",
             "# (op, dtype, variant) -> (reason of the first failing sample, failing sample "
             "indices)",
+            "# the machine class of the sweep (_opinfo.machine_class()): listed samples that",
+            "# pass are an error only on this class",
+            f"EXPECTED_FAILURES_MACHINE = {oi.machine_class()!r}",
             "EXPECTED_FAILURES = {"]
     for k in sorted(fails):
         idx = sorted(fails[k])
