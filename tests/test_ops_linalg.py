@@ -223,6 +223,9 @@ CONV_CASES = [
     ((19, 4, 6, 5), (6, 2, 3, 3), dict(stride=1, padding=1, groups=2)),
     ((19, 6, 3, 3), (4, 6, 1, 1), dict()),
     ((21, 3, 17), (5, 3, 4), dict(stride=3, padding=2)),
+    # positions filling whole GEMM column tiles (8x8, 16x16): one image per GEMM, in place
+    ((19, 4, 8, 8), (6, 2, 3, 3), dict(padding=1, groups=2)),
+    ((6, 3, 16, 16), (5, 3, 3, 3), dict(padding=1)),
     # stride 1 with the output as wide as the input: im2col copies whole runs of lines
     ((3, 2, 7, 9), (3, 2, 3, 3), dict(padding=2, dilation=2)),
     ((2, 3, 6, 7), (4, 3, 2, 3), dict(padding=(0, 1))),
