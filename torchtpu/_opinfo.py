@@ -18,6 +18,7 @@ and known failures from tests/opinfo/tables.py. Both are loaded from the checkou
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import math
 import random
@@ -654,6 +655,7 @@ def expected_failure(op_key, dtype_name, variant):
     return tables().EXPECTED_FAILURES.get((op_key, dtype_name, variant))
 
 
+@functools.lru_cache(maxsize=None)
 def machine_class():
     """The CPU features that pick the kernels of both sides of a comparison: ATen's CPU
     capability (its vectorized kernels and oneDNN's), AVX512-BF16 and AMX (CPU's bf16

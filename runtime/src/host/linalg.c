@@ -602,9 +602,10 @@ static void conv_blocks(conv_t* c, bool need_gw, int64_t per_image_cols) {
   int64_t Lp = c->g.npos;
   /* An image whose positions fill whole column tiles (8x8, 16x16, ...) makes a GEMM
    * that wastes no lanes on its own; as its own block it is read and written in place,
-   * with no gather into and scatter out of block matrices (conv 64x3x16x16 -> 16 forward
-   * 227-174 us instead of 331-239, 64x16x8x8 -> 32 backward 784-904 instead of
-   * 848-1017; 14x14 images lost a quarter that way: their blocks stay). */
+   * with no gather into and scatter out of block matrices (medians of five runs, 2
+   * threads: conv 64x3x16x16 -> 16 forward 334 us instead of 373, backward 451 instead
+   * of 488; 64x16x8x8 -> 32 backward 809 instead of 881; 14x14 images ran 25-40% slower
+   * alone, on 196 of 256 lanes: their blocks stay). */
   int64_t nb = Lp >= CONV_BLOCK_COLS || Lp % CONV_TILE_COLS == 0 ? 1 : CONV_BLOCK_COLS / (Lp ? Lp : 1);
   int64_t spread = (c->N + 7) / 8; /* leave at least 8 blocks where the batch allows */
   int64_t fit = CONV_COL_BYTES / (int64_t)c->csz / (per_image_cols ? per_image_cols : 1);
@@ -1225,8 +1226,9 @@ static tpu_status_t avgpool2d_f32_planes(const pool_ctx_t* c, int64_t b, int64_t
 
 /* The backward of the same pools: each output's share of its gradient (the same float
  * division as the general loop) added to its taps in the same order, outputs in order,
- * so the values are the general loop's; [64,32,4,4] -> [64,32,8,8] took 234-300 us
- * through the general loop, a scratch gradient and its copy-out (2 threads). */
+ * so the values are the general loop's; [64,32,4,4] -> [64,32,8,8] took 196-230 us
+ * through the general loop, a scratch gradient and its copy-out, now 104-128 us (2
+ * threads). */
 static tpu_status_t avgpool2d_bwd_f32_planes(const pool_ctx_t* c, int64_t b, int64_t e) {
   const plane_t* p = &c->p;
   const win_t* wh = c->win + p->OD;
