@@ -94,6 +94,7 @@ struct tpu_node_s {
   struct tpu_event_s* event;      /* kind MARKER: the event it completes (a reference) */
   uint64_t event_seq;             /* ... as of this record of it */
   struct tpu_node_s* next;        /* queue link */
+  int64_t queue_bytes;            /* its outputs' bytes while it waits in the queue */
 };
 
 /* Runs a MARKER node: completes its event (core/event.c). */
