@@ -20,7 +20,7 @@
  * queued outputs with more than one node outstanding, the host thread waits until half
  * of that, or one node, is left. 32 queued ops over 1M floats kept 128 MiB of outputs
  * alive, none of it in cache when its consumer ran: a strict loop of relu at 1M
- * elements took 214 us per op, 65-78 us with the bound (CPU eager 91). */
+ * elements took 214 us per op, 65-78 us with the bound (CPU eager 91).
  *
  * Small ops run inline: when the queue is idle and a node touches at most INLINE_BYTES
  * of distinct memory (an elementwise node the driver could fuse, or a fused optimizer
