@@ -176,35 +176,32 @@ static bool streams(const tpu_node_t* n) {
   return drv->vt->can_fuse && drv->vt->can_fuse(drv, n);
 }
 
-bool tpu__node_is_small(const tpu_node_t* n) {
-  if (n->kind == TPU_KIND_GRAPH) return false;
-  int64_t limit = streams(n) ? INLINE_EW_BYTES : INLINE_BYTES;
+/* Bytes of distinct memory n touches: its inputs' (when `inputs`) and its outputs' that
+ * are not written in place of an input, counted until they pass `limit`. */
+static int64_t node_bytes(const tpu_node_t* n, bool inputs, int64_t limit) {
   int64_t bytes = 0;
-  for (int i = 0; i < n->n_in + n->n_out; ++i) {
+  for (int i = inputs ? 0 : n->n_in; i < n->n_in + n->n_out && bytes <= limit; ++i) {
     const tpu_operand_t* op = i < n->n_in ? &n->in[i] : &n->out[i - n->n_in];
     if (!op->value || op->ndim < 0) continue;
-    /* an in-place output is memory an input already counted */
+    /* an in-place output is memory an input already holds */
     bool counted = false;
     for (int j = 0; j < n->n_in && i >= n->n_in && !counted; ++j) counted = n->in[j].value == op->value;
     if (counted) continue;
     bytes += tpu__operand_numel(op) * (int64_t)tpu_dtype_size(op->dtype);
-    if (bytes > limit) return false;
-  }
-  return true;
-}
-
-/* Bytes of new memory n's outputs take (an output written in place of an input: none):
- * what the queue holds alive for it until it has run. */
-static int64_t output_bytes(const tpu_node_t* n) {
-  int64_t bytes = 0;
-  for (int i = 0; i < n->n_out; ++i) {
-    const tpu_operand_t* op = &n->out[i];
-    if (!op->value || op->ndim < 0) continue;
-    bool inplace = false;
-    for (int j = 0; j < n->n_in && !inplace; ++j) inplace = n->in[j].value == op->value;
-    if (!inplace) bytes += tpu__operand_numel(op) * (int64_t)tpu_dtype_size(op->dtype);
   }
   return bytes;
+}
+
+bool tpu__node_is_small(const tpu_node_t* n) {
+  if (n->kind == TPU_KIND_GRAPH) return false;
+  int64_t limit = streams(n) ? INLINE_EW_BYTES : INLINE_BYTES;
+  return node_bytes(n, true, limit) <= limit;
+}
+
+/* The new memory n's outputs take: what the queue holds alive for it until it has run. */
+static int64_t output_bytes(const tpu_node_t* n) {
+  if (n->kind == TPU_KIND_GRAPH || n->kind == TPU_KIND_MARKER) return 0;
+  return node_bytes(n, false, INT64_MAX);
 }
 
 /* here_ok: the caller waits for n next, so n runs on the calling thread whenever the
@@ -218,6 +215,7 @@ static tpu_status_t push(int device, tpu_node_t* n, bool wait, bool here_ok, pth
     return tpu_status_make(TPU_INVALID_ARGUMENT, "bad device %d", device);
   }
   n->next = NULL;
+  n->queue_bytes = output_bytes(n); /* (outside the lock the worker takes per node) */
   pthread_mutex_lock(&q->mu);
   if (!q->started) {
     if (pthread_create(&q->thread, NULL, worker, q) != 0) {
@@ -245,7 +243,6 @@ static tpu_status_t push(int device, tpu_node_t* n, bool wait, bool here_ok, pth
     pthread_mutex_unlock(&q->mu);
     return NULL;
   }
-  n->queue_bytes = n->kind == TPU_KIND_GRAPH || n->kind == TPU_KIND_MARKER ? 0 : output_bytes(n);
   q->queued_bytes += n->queue_bytes;
   if (q->tail) q->tail->next = n; else q->head = n;
   q->tail = n;
