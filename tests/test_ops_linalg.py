@@ -387,6 +387,24 @@ def test_pool_errors():
                 [2], [2], [0], [1], False, torch.zeros(1, 1, 2, 2, dtype=torch.long))
 
 
+def test_maxpool_backward_strided_and_bad_index():
+    """grad_output and indices are read in place when dense and packed when not; an index
+    outside its plane is an error naming the op (CPU's kernel writes out of the plane)."""
+    mp = torch.ops.aten.max_pool2d_with_indices_backward
+    x = torch.randn(4, 3, 8, 8)
+    _, ind = torch.ops.aten.max_pool2d_with_indices(x, [2, 2], [2, 2])
+    g = torch.randn(4, 4, 4, 3).permute(0, 3, 1, 2)  # [4, 3, 4, 4], not dense
+    ind_t = ind.transpose(2, 3).contiguous().transpose(2, 3)
+    want = mp(g, x, [2, 2], [2, 2], [0, 0], [1, 1], False, ind)
+    for gi, ii in ((g, ind), (g.contiguous(), ind_t)):
+        got = mp(tpu(gi), tpu(x), [2, 2], [2, 2], [0, 0], [1, 1], False, tpu(ii))
+        assert_close(got, want, torch.float32)
+    bad = ind.clone()
+    bad[0, 1, 1, 1] = 64
+    with pytest.raises(IndexError, match="max_pool2d_with_indices_backward: index 64 out of range"):
+        mp(tpu(g), tpu(x), [2, 2], [2, 2], [0, 0], [1, 1], False, tpu(bad)).cpu()
+
+
 # ---- triangular solves ----------------------------------------------------------------------
 
 

@@ -1124,42 +1124,59 @@ static tpu_status_t adaptive_maxpool_kernel(tpu_node_t* n) { return maxpool_run(
 
 /* Scatter-add of one plane range of grad_output at the saved indices, in CPU's order and,
  * for bf16/f16, rounded after every add as CPU's loop in the tensor's dtype does; an
- * index outside its plane (a hand-made indices tensor) is an error. */
+ * index outside its plane (a hand-made indices tensor) is an error. Each range clears
+ * its own planes of grad_input first, so the clearing runs in parallel and leaves the
+ * planes in cache for the adds. */
 static tpu_status_t maxpool_bwd_planes(void* arg, int64_t b, int64_t e, int tid) {
   (void)tid;
   const pool_ctx_t* c = arg;
   const plane_t* p = &c->p;
   int64_t V = p->D * p->H * p->W, OV = p->OD * p->OH * p->OW;
-  for (int64_t pl = b; pl < e; ++pl)
-    for (int64_t k = 0; k < OV; ++k) {
-      int64_t o = pl * OV + k, idx = c->ind[o];
-      if (idx < 0 || idx >= V)
+  size_t csz = tpu_dtype_size(c->cd);
+  memset((char*)c->y + (size_t)(b * V) * csz, 0, (size_t)((e - b) * V) * csz);
+  for (int64_t pl = b; pl < e; ++pl) {
+    const int64_t* restrict ind = c->ind + pl * OV;
+    for (int64_t k = 0; k < OV; ++k)
+      if (ind[k] < 0 || ind[k] >= V)
         return tpu_status_make(TPU_INDEX_ERROR, "%s: index %lld out of range for a plane of %lld elements",
-                               tpu__node_describe(c->n), (long long)idx, (long long)V);
-      int64_t t = pl * V + idx;
-      if (c->cd == TPU_DTYPE_F32) ((float*)c->y)[t] = round_to(((float*)c->y)[t] + ((const float*)c->x)[o], c->st);
-      else if (c->cd == TPU_DTYPE_F64) ((double*)c->y)[t] += ((const double*)c->x)[o];
-      else ((int64_t*)c->y)[t] = (int64_t)((uint64_t)((int64_t*)c->y)[t] + (uint64_t)((const int64_t*)c->x)[o]);
+                               tpu__node_describe(c->n), (long long)ind[k], (long long)V);
+    if (c->cd == TPU_DTYPE_F32 && c->st == TPU_DTYPE_F32) {
+      float* restrict y = (float*)c->y + pl * V;
+      const float* restrict g = (const float*)c->x + pl * OV;
+      for (int64_t k = 0; k < OV; ++k) y[ind[k]] += g[k];
+    } else if (c->cd == TPU_DTYPE_F32) {
+      float* restrict y = (float*)c->y + pl * V;
+      const float* restrict g = (const float*)c->x + pl * OV;
+      for (int64_t k = 0; k < OV; ++k) y[ind[k]] = round_to(y[ind[k]] + g[k], c->st);
+    } else if (c->cd == TPU_DTYPE_F64) {
+      double* restrict y = (double*)c->y + pl * V;
+      const double* restrict g = (const double*)c->x + pl * OV;
+      for (int64_t k = 0; k < OV; ++k) y[ind[k]] += g[k];
+    } else {
+      int64_t* restrict y = (int64_t*)c->y + pl * V;
+      const int64_t* restrict g = (const int64_t*)c->x + pl * OV;
+      for (int64_t k = 0; k < OV; ++k) y[ind[k]] = (int64_t)((uint64_t)y[ind[k]] + (uint64_t)g[k]);
     }
+  }
   return NULL;
 }
 
-/* Backward of all max pools: in[0] grad_output, in[1] input, in[2] indices. */
+/* Backward of all max pools: in[0] grad_output, in[1] input, in[2] indices. Dense
+ * operands are read, and a dense grad_input written, in place. */
 static tpu_status_t maxpool_bwd_kernel(tpu_node_t* n) {
   const tpu_operand_t *GO = &n->in[0], *X = &n->in[1], *IX = &n->in[2];
   pool_ctx_t c = {n, planes(n, X, GO), NULL, n->compute, false, NULL, NULL, NULL, n->out[0].dtype, false};
-  size_t csz = tpu_dtype_size(c.cd);
-  int64_t ni = c.p.P * c.p.D * c.p.H * c.p.W, no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
-  void* gi = c.y = alloc_elems(ni, csz, true);
-  void* go = no ? tpu__pack_alloc(GO, c.cd) : NULL;
-  c.x = go;
-  c.ind = no ? tpu__pack_alloc(IX, TPU_DTYPE_I64) : NULL;
+  int64_t no = c.p.P * c.p.OD * c.p.OH * c.p.OW;
+  void *goo = NULL, *gio = NULL, *io = NULL;
+  c.y = tpu__dense_out(n, &n->out[0], c.cd, false /* cleared per plane range */, &gio);
+  c.x = no ? tpu__dense_in(GO, c.cd, &goo) : NULL;
+  c.ind = no ? (int64_t*)tpu__dense_in(IX, TPU_DTYPE_I64, &io) : NULL;
   tpu_status_t st = NULL;
-  if (!gi || (no && (!go || !c.ind))) { st = TPU_HOST_NOMEM(); goto done; }
-  if (no) st = tpu__parallel_for(c.p.P, pool_grain(&c.p, 1), maxpool_bwd_planes, &c);
-  if (!st) tpu__unpack(&n->out[0], gi, c.cd);
+  if (!c.y || (no && (!c.x || !c.ind))) { st = TPU_HOST_NOMEM(); goto done; }
+  st = tpu__parallel_for(c.p.P, pool_grain(&c.p, 1), maxpool_bwd_planes, &c);
+  if (!st) tpu__dense_out_done(&n->out[0], gio, c.cd);
 done:
-  tpu__free(gi); tpu__free(go); tpu__free(c.ind);
+  tpu__free(goo); tpu__free(gio); tpu__free(io);
   return st;
 }
 
