@@ -105,6 +105,25 @@ def test_products_noncontiguous_and_broadcast(dtype, gen, native):
         assert_close(torch.addmm(tpu(nan), tpu(a), tpu(b), beta=0), torch.addmm(nan, a, b, beta=0), dtype)
 
 
+# Row-major A times transposed B (both K-contiguous, as a convolution's weight gradient):
+# f32 products with few rows or fewer than 64 columns run as dot products on AVX-512
+# machines; the shapes cover row, column and K tails, K below one vector, and a product
+# large enough to split over the pool; (40, 80, 300) takes the packed path for contrast.
+# Non-negative operands: sums of thousands of signed terms cancel, and their rounding
+# differences (a sum's order is the kernel's) would exceed the f32 table's tolerance.
+@pytest.mark.parametrize("m,n,k", [(16, 27, 256), (13, 21, 37), (3, 5, 9), (1, 1, 1), (7, 64, 20),
+                                   (96, 40, 3001), (40, 80, 300)])
+def test_products_k_contiguous(m, n, k, gen, native):
+    a, bt = make((m, k), torch.float32, gen).abs(), make((n, k), torch.float32, gen).abs()
+    c = make((m, n), torch.float32, gen)
+    assert_close(torch.mm(tpu(a), tpu(bt).t()), torch.mm(a, bt.t()), torch.float32)
+    assert_close(torch.addmm(tpu(c), tpu(a), tpu(bt).t(), beta=0.5, alpha=-1.5),
+                 torch.addmm(c, a, bt.t(), beta=0.5, alpha=-1.5), torch.float32)
+    nan = torch.full((m, n), float("nan"))
+    assert_close(torch.addmm(tpu(nan), tpu(a), tpu(bt).t(), beta=0), torch.addmm(nan, a, bt.t(), beta=0),
+                 torch.float32)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
 def test_products_inplace_and_out(dtype, gen, native):
     a, b = make((4, 6), dtype, gen), make((6, 3), dtype, gen)

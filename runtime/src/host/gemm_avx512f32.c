@@ -13,8 +13,8 @@
  * zmm accumulators: per K value, NV loads of B, MR broadcasts of A, MR * NV FMAs.
  *
  * Each element of C is the sum over K in K blocks of fixed size, each block summed in K
- * order, whatever the task shape or thread count: results do not depend on how many
- * threads run the product.
+ * order (on the dot-product path below, of 16 lane sums, each in K order), whatever the
+ * task shape or thread count: results do not depend on how many threads run the product.
  *
  * Every function here is compiled for AVX-512 (AVX512_TARGET); host/linalg.c calls in
  * only after tpu__gemm_f32_supported(), its cpuid check. */
@@ -145,11 +145,9 @@ AVX512_TARGET static void run_task(void* ctx, int64_t t, int tid) {
  * With a handful of rows (a linear layer at decode) the product is bound by reading B
  * once, and packing B would read it twice more. Row-major B: each K row's 64-column run
  * is loaded once and multiplied by every row's broadcast A element (A at any strides).
- * Transposed B (K contiguous, a linear layer's weight): dot products of A's rows
- * (contiguous K) with SMALL_JT rows of B at a time, 16 K values per step, the tails
- * masked. Column blocks go over the pool once B is past 256K elements (1 MiB). */
+ * Transposed B with row-major A (a linear layer's weight) runs as dot products (below).
+ * Column blocks go over the pool once B is past 256K elements (1 MiB). */
 #define SMALL_M 6
-#define SMALL_JT 4
 
 typedef struct f32_small_s {
   int64_t M, N, K;
@@ -200,50 +198,92 @@ AVX512_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
   }
 }
 
-/* Transposed B (unit K stride) with row-major A (unit K stride): output columns
- * [16 blk, 16 blk + 16), SMALL_JT at a time. */
-AVX512_TARGET static void small_cols_block(void* ctx, int64_t blk, int tid) {
+/* ---- dot products: both operands K-contiguous ------------------------------------------
+ * Row-major A with transposed B (a linear layer's weight at decode; a convolution's
+ * weight gradient, go [Cout, L] times im2col [Cin * kk, L] transposed) makes every
+ * element of C the dot product of two contiguous K runs. With few rows, or with fewer
+ * columns than one 64-column tile, packing B would read it twice more or waste lanes (27
+ * of 64 for the weight gradient of a 3-channel 3x3 convolution): here a DOT_MR x DOT_NJ
+ * block of dot products takes 16 K values per step (the tail masked) straight from both
+ * operands, and each row's DOT_NJ sums are reduced together at the end (sum4). Each
+ * element is the sum of 16 lane sums, lane l summing the K values k = l mod 16 in order:
+ * fixed by the shape, not by the thread count. A task is 16 columns by DOT_MB rows. */
+#define DOT_MR 6
+#define DOT_NJ 4
+#define DOT_MB 48
+
+/* The four sums of a0..a3's lanes, in that order. */
+AVX512_TARGET static inline __m128 sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  __m512 t01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+  __m512 t23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+  __m512d p01 = _mm512_castps_pd(t01), p23 = _mm512_castps_pd(t23);
+  /* 128-bit lane j: the sums of a0..a3 over their lanes 4j..4j+3 */
+  __m512 t = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(p01, p23)),
+                           _mm512_castpd_ps(_mm512_unpackhi_pd(p01, p23)));
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, _MM_SHUFFLE(1, 0, 3, 2)));
+  t = _mm512_add_ps(t, _mm512_shuffle_f32x4(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castps512_ps128(t);
+}
+
+AVX512_TARGET static inline __attribute__((always_inline)) void dot_step(
+    __m512 acc[DOT_MR][DOT_NJ], const float* const ar[DOT_MR], const float* const br[DOT_NJ], int mr, int64_t k,
+    __mmask16 m) {
+  __m512 bv[DOT_NJ];
+#pragma GCC unroll 8
+  for (int c = 0; c < DOT_NJ; ++c) bv[c] = _mm512_maskz_loadu_ps(m, br[c] + k);
+#pragma GCC unroll 8
+  for (int r = 0; r < DOT_MR; ++r) {
+    if (r >= mr) break; /* (one row at decode: no loads and FMAs for copies of it) */
+    __m512 av = _mm512_maskz_loadu_ps(m, ar[r] + k);
+#pragma GCC unroll 8
+    for (int c = 0; c < DOT_NJ; ++c) acc[r][c] = _mm512_fmadd_ps(av, bv[c], acc[r][c]);
+  }
+}
+
+AVX512_TARGET static void dot_block(void* ctx, int64_t t, int tid) {
+  (void)tid;
   const f32_small_t* s = ctx;
-  int64_t j0 = blk * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
-  for (int64_t j = j0; j < j1; j += SMALL_JT) {
-    int nj = (int)(j1 - j < SMALL_JT ? j1 - j : SMALL_JT);
-    __m512 acc[SMALL_M][SMALL_JT];
+  int64_t nrb = tpu__cdiv(s->M, DOT_MB), K = s->K;
+  int64_t i0 = t % nrb * DOT_MB, i1 = i0 + DOT_MB < s->M ? i0 + DOT_MB : s->M;
+  int64_t j0 = t / nrb * 16, j1 = j0 + 16 < s->N ? j0 + 16 : s->N;
+  __m128 va = _mm_set1_ps(s->alpha), vb = _mm_set1_ps(s->beta);
+  for (int64_t j = j0; j < j1; j += DOT_NJ) {
+    int nj = (int)(j1 - j < DOT_NJ ? j1 - j : DOT_NJ);
+    __mmask8 cm = (__mmask8)((1u << nj) - 1);
+    const float* br[DOT_NJ]; /* columns past nj repeat the last (their sums are not stored) */
+    for (int c = 0; c < DOT_NJ; ++c) br[c] = s->b + (j + (c < nj ? c : nj - 1)) * s->sbn;
+    for (int64_t i = i0; i < i1; i += DOT_MR) {
+      int mr = (int)(i1 - i < DOT_MR ? i1 - i : DOT_MR);
+      const float* ar[DOT_MR];
+      for (int r = 0; r < DOT_MR; ++r) ar[r] = s->a + (i + (r < mr ? r : mr - 1)) * s->sam;
+      __m512 acc[DOT_MR][DOT_NJ];
 #pragma GCC unroll 8
-    for (int i = 0; i < SMALL_M; ++i)
+      for (int r = 0; r < DOT_MR; ++r)
 #pragma GCC unroll 8
-      for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < s->K; k += 16) {
-      __mmask16 m = s->K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (s->K - k)) - 1);
-      __m512 bv[SMALL_JT];
+        for (int c = 0; c < DOT_NJ; ++c) acc[r][c] = _mm512_setzero_ps();
+      int64_t k = 0;
+      for (; k + 16 <= K; k += 16) dot_step(acc, ar, br, mr, k, (__mmask16)0xFFFF);
+      if (k < K) dot_step(acc, ar, br, mr, k, tpu__avx512_lanes((int)(K - k)));
 #pragma GCC unroll 8
-      for (int t = 0; t < SMALL_JT; ++t)
-        bv[t] = t < nj ? _mm512_maskz_loadu_ps(m, s->b + (j + t) * s->sbn + k) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-      for (int i = 0; i < SMALL_M; ++i) {
-        if (i >= s->M) break;
-        __m512 av = _mm512_maskz_loadu_ps(m, s->a + i * s->sam + k);
-#pragma GCC unroll 8
-        for (int t = 0; t < SMALL_JT; ++t) acc[i][t] = _mm512_fmadd_ps(av, bv[t], acc[i][t]);
+      for (int r = 0; r < DOT_MR; ++r) {
+        if (r >= mr) break;
+        float* c = s->c + (i + r) * s->ldc + j;
+        __m128 v = _mm_mul_ps(sum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), va);
+        if (s->beta != 0.0f) v = _mm_add_ps(v, _mm_mul_ps(_mm_maskz_loadu_ps(cm, c), vb));
+        _mm_mask_storeu_ps(c, cm, v);
       }
     }
-    for (int i = 0; i < s->M; ++i)
-      for (int t = 0; t < nj; ++t) {
-        float* c = s->c + i * s->ldc + j + t;
-        float v = s->alpha * _mm512_reduce_add_ps(acc[i][t]);
-        *c = s->beta != 0.0f ? v + s->beta * *c : v;
-      }
   }
 }
 
 static bool small_rows(int64_t M, int64_t sbn) { return M <= SMALL_M && sbn == 1; }
-static bool small_cols(int64_t M, int64_t sak, int64_t sbk) { return M <= SMALL_M && sbk == 1 && sak == 1; }
-/* few rows in a layout the few-rows kernels read */
-static bool small_product(int64_t M, int64_t sak, int64_t sbk, int64_t sbn) {
-  return M < F32_MIN_PACKED_M && (small_cols(M, sak, sbk) || small_rows(M, sbn));
+/* both operands K-contiguous, with few rows or fewer columns than a tile (dot_block) */
+static bool dot_product(int64_t M, int64_t N, int64_t sak, int64_t sbk) {
+  return sak == 1 && sbk == 1 && (M <= SMALL_M || N < NR);
 }
 
-bool tpu__gemm_f32_takes(int64_t M, int64_t sak, int64_t sbk, int64_t sbn) {
-  return M >= F32_MIN_PACKED_M || small_product(M, sak, sbk, sbn);
+bool tpu__gemm_f32_takes(int64_t M, int64_t N, int64_t sak, int64_t sbk, int64_t sbn) {
+  return M >= F32_MIN_PACKED_M || dot_product(M, N, sak, sbk) || small_rows(M, sbn);
 }
 
 AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
@@ -252,13 +292,20 @@ AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float 
   f32_gemm_t g = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                   .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
-  if (small_product(M, sak, sbk, sbn)) {
+  bool dot = dot_product(M, N, sak, sbk);
+  if (dot || (M < F32_MIN_PACKED_M && small_rows(M, sbn))) {
     f32_small_t sm = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                       .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
-    /* bound by reading B: worth a region once B is past 256K elements */
-    int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads();
-    return small_cols(M, sak, sbk) ? tpu__run_items(&sm, small_cols_block, (N + 15) / 16, threads)
-                                   : tpu__run_items(&sm, small_rows_block, (N + NR - 1) / NR, threads);
+    if (dot) {
+      /* over the pool past the split threshold, or once B is past 256K elements (1 MiB):
+       * with few rows the product is bound by reading B */
+      bool big = 2.0 * (double)M * (double)N * (double)K >= TPU_GEMM_SPLIT_FLOPS ||
+                 (double)K * (double)N >= 8.0 * TPU_PARALLEL_MIN_WORK;
+      int threads = big ? tpu__num_threads() : 1;
+      return tpu__run_items(&sm, dot_block, tpu__cdiv(N, 16) * tpu__cdiv(M, DOT_MB), threads);
+    }
+    int threads = (double)K * (double)N < 8.0 * TPU_PARALLEL_MIN_WORK ? 1 : tpu__num_threads(); /* as above */
+    return tpu__run_items(&sm, small_rows_block, (N + NR - 1) / NR, threads);
   }
   /* below the split threshold a region's wake-up costs more than it saves */
   bool serial = 2.0 * (double)M * (double)N * (double)K < TPU_GEMM_SPLIT_FLOPS;

@@ -181,9 +181,11 @@ void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K
  * tpu__gemm_f32_supported(): the CPU has AVX512F/BW/VL/DQ and TORCHTPU_F32_GEMM is not
  * "blas" (host/linalg.c reads it, once), and tpu__gemm_f32_takes the shape: 8 rows or
  * more at any strides; fewer with a unit-stride B row (row-major B) or unit-stride K in
- * both A and B (a linear layer's transposed weight), read in place. */
+ * both A and B (a linear layer's transposed weight), read in place. Products with
+ * unit-stride K in both operands and few rows or fewer than 64 columns run as dot
+ * products (each element a sum of 16 lane sums), all others as K-ordered sums. */
 bool tpu__gemm_f32_supported(void);
-bool tpu__gemm_f32_takes(int64_t M, int64_t sak, int64_t sbk, int64_t sbn);
+bool tpu__gemm_f32_takes(int64_t M, int64_t N, int64_t sak, int64_t sbk, int64_t sbn);
 tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* a, int64_t sam,
                            int64_t sak, const float* b, int64_t sbk, int64_t sbn, float beta, float* c,
                            int64_t ldc);

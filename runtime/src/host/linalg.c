@@ -113,7 +113,7 @@ bool tpu__gemm_f32_supported(void) {
 void tpu__gemm(tpu_dtype_t cd, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha,
                const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C, int64_t ldc) {
   if (cd == TPU_DTYPE_F32 && K > 0 && alpha != 0 && tpu__gemm_f32_supported() &&
-      tpu__gemm_f32_takes(M, ta ? lda : 1, tb ? 1 : ldb, tb ? ldb : 1)) {
+      tpu__gemm_f32_takes(M, N, ta ? lda : 1, tb ? 1 : ldb, tb ? ldb : 1)) {
     /* ta: A stored [K][M]; tb: B stored [N][K]. (alpha == 0 stays on BLAS, which skips
      * the product: NaN or inf in A or B does not reach C.) */
     tpu_status_t st = tpu__gemm_f32(M, N, K, (float)alpha, A, ta ? 1 : lda, ta ? lda : 1, B, tb ? 1 : ldb,
