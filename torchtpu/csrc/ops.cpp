@@ -123,6 +123,16 @@ c10::DeviceIndex device_of_args(c10::ArrayRef<c10::IValue> args) {
   return current_device();
 }
 
+// A kernel's new output tensor, allocated as the registered empty.memory_format does
+// but without a second trip through the dispatcher (at::empty was ~4% of a 16-element
+// op's dispatch).
+at::Tensor new_output(at::IntArrayRef shape, tpu_dtype_t dt, c10::DeviceIndex dev) {
+  c10::OptionalDeviceGuard g;
+  if (dev != current_device()) g.reset_device(at::Device(kTpu, dev));
+  return at::detail::empty_generic(shape, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   static_cast<at::ScalarType>(dt), std::nullopt);
+}
+
 void clear_arg(tpu_arg_t& a) {
   a.kind = TPU_ARG_NONE;
   a.scalar_kind = TPU_SCALAR_INT;
@@ -306,9 +316,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
                     outs[i].device().str());
         at::native::resize_output(outs[i], shape);
       } else {
-        outs[i] = at::empty(shape, at::TensorOptions()
-                                       .dtype(static_cast<at::ScalarType>(dt))
-                                       .device(at::Device(kTpu, dev)));
+        outs[i] = new_output(shape, dt, dev);
       }
       tpu_view_t ov = view_of(outs[i]);
       check(tpu_node_bind_output(node, i, &ov));
@@ -384,9 +392,7 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
           }
           out = args[written_args[i]].toTensor();
         } else {
-          out = at::empty(at::IntArrayRef(sizes, nd), at::TensorOptions()
-                                                          .dtype(static_cast<at::ScalarType>(dt))
-                                                          .device(at::Device(kTpu, dev)));
+          out = new_output(at::IntArrayRef(sizes, nd), dt, dev);
           outs.push_back(out);
         }
         tpu_view_t ov = view_of(out);
