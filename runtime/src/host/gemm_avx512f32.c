@@ -293,7 +293,7 @@ AVX512_TARGET tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float 
                   .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
   if (M <= 0 || N <= 0 || K <= 0) return NULL; /* the caller handles empty products */
   bool dot = dot_product(M, N, sak, sbk);
-  if (dot || (M < F32_MIN_PACKED_M && small_rows(M, sbn))) {
+  if (dot || small_rows(M, sbn)) {
     f32_small_t sm = {.M = M, .N = N, .K = K, .a = a, .b = b, .sam = sam, .sak = sak, .sbk = sbk, .sbn = sbn,
                       .alpha = alpha, .beta = beta, .c = c, .ldc = ldc};
     if (dot) {
