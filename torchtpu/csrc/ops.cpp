@@ -123,14 +123,16 @@ c10::DeviceIndex device_of_args(c10::ArrayRef<c10::IValue> args) {
   return current_device();
 }
 
-// A kernel's new output tensor, allocated as the registered empty.memory_format does
-// but without a second trip through the dispatcher (at::empty was ~4% of a 16-element
-// op's dispatch).
-at::Tensor new_output(at::IntArrayRef shape, tpu_dtype_t dt, c10::DeviceIndex dev) {
+// A new contiguous tensor on device dev: the registered empty.memory_format, and a
+// kernel's outputs, which come here without a second trip through the dispatcher
+// (at::empty was ~4% of a 16-element op's dispatch). The guard switches devices only
+// for another device than the current one.
+at::Tensor empty_on(at::IntArrayRef shape, at::ScalarType dtype, c10::DeviceIndex dev,
+                    std::optional<at::MemoryFormat> mf = std::nullopt) {
   c10::OptionalDeviceGuard g;
   if (dev != current_device()) g.reset_device(at::Device(kTpu, dev));
   return at::detail::empty_generic(shape, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   static_cast<at::ScalarType>(dt), std::nullopt);
+                                   dtype, mf);
 }
 
 void clear_arg(tpu_arg_t& a) {
@@ -316,7 +318,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
                     outs[i].device().str());
         at::native::resize_output(outs[i], shape);
       } else {
-        outs[i] = new_output(shape, dt, dev);
+        outs[i] = empty_on(shape, static_cast<at::ScalarType>(dt), dev);
       }
       tpu_view_t ov = view_of(outs[i]);
       check(tpu_node_bind_output(node, i, &ov));
@@ -392,7 +394,7 @@ void OpKernel::run_foreach(const c10::OperatorHandle& op, torch::jit::Stack* sta
           }
           out = args[written_args[i]].toTensor();
         } else {
-          out = new_output(at::IntArrayRef(sizes, nd), dt, dev);
+          out = empty_on(at::IntArrayRef(sizes, nd), static_cast<at::ScalarType>(dt), dev);
           outs.push_back(out);
         }
         tpu_view_t ov = view_of(out);
@@ -485,9 +487,8 @@ namespace {
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin, std::optional<at::MemoryFormat> mf) {
-  c10::DeviceGuard g(device.value_or(at::Device(kTpu, current_device())));
-  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), mf);
+  return empty_on(size, c10::dtype_or_default(dtype),
+                  device && device->has_index() ? device->index() : current_device(), mf);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
