@@ -114,6 +114,28 @@ static void test_memory_returns_to_baseline(void) {
   CHECK(now.allocated == base.allocated);
 }
 
+/* Pool blocks of 4 MiB and more are their own 2 MiB-aligned mappings (host driver, huge
+ * pages), given back by empty_cache and mapped again; smaller ones come from malloc. */
+static void test_large_blocks(void) {
+  CHECK_OK(tpu_device_synchronize(0));
+  uint64_t sizes[] = {1u << 20, 4u << 20, (9u << 20) + 4};
+  for (int round = 0; round < 2; ++round) {
+    void* p[3];
+    for (int i = 0; i < 3; ++i) {
+      CHECK_OK(tpu__pool_alloc(0, sizes[i], &p[i]));
+      memset(p[i], 0x5a, sizes[i]);
+      CHECK(((unsigned char*)p[i])[sizes[i] - 1] == 0x5a);
+    }
+    CHECK((uintptr_t)p[1] % (2u << 20) == 0);
+    CHECK((uintptr_t)p[2] % (2u << 20) == 0);
+    for (int i = 0; i < 3; ++i) tpu__pool_free(0, p[i], sizes[i]);
+    tpu_memory_empty_cache(0);
+    tpu_memory_stats_t st;
+    CHECK_OK(tpu_memory_stats(0, &st));
+    CHECK(st.reserved == st.allocated);
+  }
+}
+
 int main(void) {
   test_status();
   test_promotion();
@@ -121,5 +143,6 @@ int main(void) {
   test_add_op();
   test_oom();
   test_memory_returns_to_baseline();
+  test_large_blocks();
   TEST_MAIN_END();
 }
