@@ -444,8 +444,9 @@ typedef struct i2c_s {
       }                                                                                         \
       /* positions [xa, xb) of the line read inside the image (iw = w0 + x*sw in [0, W)) */    \
       int64_t w0 = -g->p[ld] + kv[ld] * g->d[ld];                                               \
-      int64_t xa = w0 >= 0 ? 0 : (-w0 + sw - 1) / sw;                                           \
-      int64_t xb = W - w0 <= 0 ? 0 : (W - w0 + sw - 1) / sw;                                    \
+      /* (no division at stride 1: it was a tenth of a small image's im2col) */                \
+      int64_t xa = w0 >= 0 ? 0 : sw == 1 ? -w0 : (-w0 + sw - 1) / sw;                           \
+      int64_t xb = W - w0 <= 0 ? 0 : sw == 1 ? W - w0 : (W - w0 + sw - 1) / sw;                  \
       if (xb > inner) xb = inner;                                                               \
       if (xa > xb) xa = xb;                                                                     \
       if (flat) { /* 2-d, stride 1, output as wide as the image: lines in a row line up */  \
