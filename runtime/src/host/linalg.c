@@ -427,6 +427,17 @@ typedef struct i2c_s {
  * positions [xa, xb) depends only on the kernel offset, so it is found once per row; each
  * output line then copies that run (short runs as a loop: a memcpy call costs more than
  * the 8 or 16 elements of a small feature map) and clears the padding around it. */
+/* Clears the columns outside [xa, xb) between the in-image lines oa..ob-1 of an im2col
+ * row (line ends of all but the last line, line starts of all but the first): a loop over
+ * lines inside a loop over columns, as per-line loops of 0 to 2 elements became a
+ * memset call each. */
+#define I2C_CLEAR_EDGES(cl)                                                                     \
+  do {                                                                                          \
+    for (int64_t x = 0; x < xa; ++x)                                                            \
+      for (int64_t o = oa + 1; o < ob; ++o) (cl)[o * inner + x] = 0;                            \
+    for (int64_t x = xb; x < inner; ++x)                                                        \
+      for (int64_t o = oa; o < ob - 1; ++o) (cl)[o * inner + x] = 0;                            \
+  } while (0)
 #define I2C_ROWS(T, SFX, ACC)                                                                   \
   TPU_ISA_CLONES static void i2c_rows_##SFX(const i2c_t* ic, int64_t cb, int64_t ce) {         \
     const conv_geom_t* g = ic->g;                                                               \
@@ -459,10 +470,7 @@ typedef struct i2c_s {
           /* col's padding entries inside the run are cleared (col is scratch): the run */   \
           /* then adds as one loop, the cleared entries landing on neighbouring lines */      \
           if (ob <= oa || xb <= xa) continue;                                                   \
-          for (int64_t o = oa; o < ob; ++o) {                                                   \
-            if (o > oa) for (int64_t x = 0; x < xa; ++x) cl[o * inner + x] = 0;                 \
-            if (o < ob - 1) for (int64_t x = xb; x < inner; ++x) cl[o * inner + x] = 0;         \
-          }                                                                                     \
+          I2C_CLEAR_EDGES(cl);                                                                  \
           T* restrict dst = img + ib + oa * W + xa;                                             \
           const T* restrict src = cl + oa * inner + xa;                                         \
           for (int64_t i = 0; i < (ob - oa - 1) * inner + xb - xa; ++i) ACC(dst[i], src[i]);    \
@@ -472,12 +480,10 @@ typedef struct i2c_s {
         if (ob > oa && xb > xa)                                                                 \
           memcpy(cl + oa * inner + xa, img + ib + oa * W + xa,                                   \
                  sizeof(T) * (size_t)((ob - oa - 1) * inner + xb - xa));                        \
-        for (int64_t x = 0; x < oa * inner; ++x) cl[x] = 0;                                     \
-        for (int64_t o = oa; o < ob; ++o) {                                                     \
-          for (int64_t x = 0; x < xa; ++x) cl[o * inner + x] = 0;                               \
-          for (int64_t x = xb; x < inner; ++x) cl[o * inner + x] = 0;                           \
-        }                                                                                       \
-        for (int64_t x = ob * inner; x < outer * inner; ++x) cl[x] = 0;                         \
+        if (ob <= oa || xb <= xa) { memset(cl, 0, sizeof(T) * (size_t)(outer * inner)); continue; } \
+        memset(cl, 0, sizeof(T) * (size_t)(oa * inner + xa));                                  \
+        I2C_CLEAR_EDGES(cl);                                                                    \
+        memset(cl + (ob - 1) * inner + xb, 0, sizeof(T) * (size_t)((outer - ob + 1) * inner - xb)); \
         continue;                                                                               \
       }                                                                                         \
       int64_t ov[3] = {0, 0, 0}; /* multi-index over dims 0..nd-2 of outer position o */       \
@@ -516,6 +522,7 @@ I2C_ROWS(double, f64, ACC_ADD)
 I2C_ROWS(int64_t, i64, ACC_WRAP)
 #undef ACC_ADD
 #undef ACC_WRAP
+#undef I2C_CLEAR_EDGES
 
 /* Channels [cb, ce): their rows of col and their planes of img belong to no other
  * channel, so col2im's accumulation never crosses threads. */
