@@ -383,6 +383,9 @@ def test_pool_backward(dtype, gen, native):
         lambda t: F.max_pool2d(t, (3, 2), (2, 1), (1, 1), (1, 2), ceil_mode=True),
         lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
         lambda t: F.avg_pool2d(t, 2, 1, 1, divisor_override=3),
+        lambda t: F.avg_pool2d(t, 2),  # 2x2 windows side by side (the last row in none)
+        lambda t: F.avg_pool2d(t, 2, divisor_override=3),
+        lambda t: F.avg_pool2d(t, (2, 3), 2),
         lambda t: F.adaptive_avg_pool2d(t, (4, 5)),
         lambda t: F.adaptive_max_pool2d(t, (3, 4)),
     ]
