@@ -150,6 +150,7 @@ def test_unary_special_values(own_ops_native):
                  "exp", "erf", "logical_not"]:
         check(getattr(torch, name), x)
     check(lambda t: torch.nan_to_num(t, nan=1.0, posinf=2.0, neginf=-3.0), x)
+    check(lambda t: torch.signbit(torch.relu(t)), x)  # relu(-0.) is -0. on CPU
     for dt in [torch.float16, torch.bfloat16]:
         check(torch.nan_to_num, x.to(dt))
     check(lambda t: torch.round(t, decimals=2), torch.tensor([1.2345, -1.2355, 0.125, 12.5]))

@@ -223,7 +223,7 @@ TILE_F(cos, 1, cos(a))
 TILE_F(tan, 1, tan(a))
 TILE_F(tanh, 1, TPU_VTANH(a))
 TILE_F(sigmoid, 1, SIGMOID(a))
-TILE_FIS(relu, 1, a > 0 ? a : (a != a ? a : 0), a > 0 ? a : 0)
+TILE_FIS(relu, 1, !(a < 0) ? a : 0, a > 0 ? a : 0) /* NaN and -0 pass, as CPU: one compare */
 TILE_F(erf, 1, TPU_VERF(a))
 TILE_F(erfinv, 1, (T)erfinv_d((double)a))
 TILE_F(reciprocal, 1, (T)1 / a)
