@@ -4,6 +4,8 @@
 Every case runs the same call on CPU tensors and on their tpu copies and compares with the
 per-dtype tolerances of tolerances.py; the linalg ops must not go through the CPU
 fallback (other families' ops used along the way, e.g. by autograd, may)."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -249,15 +251,25 @@ CONV_CASES = [
     ((3, 2, 7, 9), (3, 2, 3, 3), dict(padding=2, dilation=2)),
     ((2, 3, 6, 7), (4, 3, 2, 3), dict(padding=(0, 1))),
     ((2, 2, 3, 4), (2, 2, 5, 3), dict(padding=(3, 1))),  # taps entirely above/below the image
+    # small images, weight gradient of 1 MiB or more: one product per block of images
+    ((3, 256, 4, 4), (256, 128, 3, 3), dict(padding=1, groups=2)),
+    ((3, 512, 3, 3), (512, 512, 1, 1), dict()),
+    ((26, 2048, 3, 3), (16, 2048, 3, 3), dict(padding=1)),  # blocks of 25 (f64: 12), one partial
 ]
 CONV_FNS = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}
+
+
+def conv_weight(ws, dtype, gen):
+    """Scaled by 1/sqrt(fan-in), as nn.Conv initializes it: outputs stay near 1, so the
+    dtype's tolerances hold for sums over thousands of products too."""
+    return make(ws, dtype, gen) * math.prod(ws[1:]) ** -0.5
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize("case", range(len(CONV_CASES)))
 def test_conv_forward(dtype, case, gen, native):
     xs, ws, kw = CONV_CASES[case]
-    x, w, b = make(xs, dtype, gen), make(ws, dtype, gen), make((ws[0],), dtype, gen)
+    x, w, b = make(xs, dtype, gen), conv_weight(ws, dtype, gen), make((ws[0],), dtype, gen)
     fn = CONV_FNS[len(xs)]
     for bias in (b, None):
         want = fn(x, w, bias, **kw)
@@ -270,7 +282,7 @@ def test_conv_forward(dtype, case, gen, native):
 def test_conv_backward(dtype, case, gen, native):
     xs, ws, kw = CONV_CASES[case]
     fn = CONV_FNS[len(xs)]
-    args = [make(xs, dtype, gen), make(ws, dtype, gen), make((ws[0],), dtype, gen)]
+    args = [make(xs, dtype, gen), conv_weight(ws, dtype, gen), make((ws[0],), dtype, gen)]
     cpu_in = [t.clone().requires_grad_() for t in args]
     tpu_in = [tpu(t).requires_grad_() for t in args]
     want, got = fn(*cpu_in, **kw), fn(*tpu_in, **kw)

@@ -848,6 +848,49 @@ done:
   return st;
 }
 
+/* The weight gradient of a convolution over small images (fewer than CONV_GW_APART_POS
+ * positions) with a large gradient (at least CONV_GW_APART_BYTES): per image, its GEMM
+ * has only the image's positions as K, so each image re-read and re-wrote the whole
+ * gradient (8 x 512 x 7 x 7 with 3x3 weights: 9.4 MiB per image), and each part of the
+ * batch summed into a gradient of its own (allocated per call). Here it is one product
+ * per block of images (the im2col matrices side by side, CONV_GW_COL_BYTES at most), K =
+ * the block's positions, split over the pool by the GEMM, summed into the gradient in
+ * block order: the result does not depend on the thread count. */
+#define CONV_GW_APART_POS 256
+#define CONV_GW_APART_BYTES ((int64_t)1 << 20)
+#define CONV_GW_COL_BYTES ((int64_t)16 << 20)
+
+static bool conv_gw_apart(const conv_t* c) {
+  return !c->transposed && c->g.npos < CONV_GW_APART_POS &&
+         c->Cout * c->kc * (int64_t)c->csz >= CONV_GW_APART_BYTES;
+}
+
+static tpu_status_t conv_gw_blocks(const conv_t* c, char* gw) {
+  int64_t L = c->g.npos, kc = c->kc, Cout_g = c->Cout_g, Cin_g = c->Cin_g;
+  int64_t nbw = CONV_GW_COL_BYTES / ((int64_t)c->csz * kc * L);
+  nbw = nbw < 1 ? 1 : nbw > c->N ? c->N : nbw;
+  if (!fits_blasint(nbw * L)) nbw = 1;
+  char* col = c->ident && nbw == 1 ? NULL : alloc_elems(kc * nbw * L, c->csz, false);
+  char* gob = nbw > 1 ? alloc_elems(Cout_g * nbw * L, c->csz, false) : NULL;
+  tpu_status_t st = NULL;
+  if ((!col && !(c->ident && nbw == 1)) || (nbw > 1 && !gob)) { st = TPU_HOST_NOMEM(); goto done; }
+  for (int64_t b0 = 0; b0 < c->N && !st; b0 += nbw) {
+    int64_t nb = c->N - b0 < nbw ? c->N - b0 : nbw, cols = nb * L;
+    for (int64_t gr = 0; gr < c->groups; ++gr) {
+      const char* a = blk_in(c, c->go, c->Cout, gr * Cout_g, Cout_g, c->L_out, b0, nb, gob);
+      const char* cm;
+      if (c->ident) cm = blk_in(c, c->x, c->Cin, gr * Cin_g, Cin_g, c->L_in, b0, nb, col);
+      else { blk_im2col(c, Cin_g, (char*)c->x, c->Cin, gr * Cin_g, c->L_in, b0, nb, col, false); cm = col; }
+      gemm_dense(c->cd, false, true, Cout_g, kc, cols, 1.0, a, cols, cm, cols, 1.0,
+                 gw + (size_t)(gr * Cout_g * kc) * c->csz, kc);
+    }
+  }
+done:
+  tpu__free(col);
+  tpu__free(gob);
+  return st;
+}
+
 /* A plane's sum in double (the bias gradient of a convolution). */
 TPU_ISA_CLONES static double plane_sum_f32(const float* p, int64_t n) { return tpu__v8_sum_f32(p, n); }
 TPU_ISA_CLONES static double plane_sum_f64(const double* p, int64_t n) { return tpu__v8_sum_f64(p, n); }
@@ -857,7 +900,9 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   bool need_gi = n->ia[3] != 0, need_gw = n->ia[4] != 0, need_gb = n->ia[5] != 0;
   conv_t c;
   TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, need_gw, &c));
-  c.need_gi = need_gi; c.need_gw = need_gw;
+  bool gw_apart = need_gw && conv_gw_apart(&c); /* then the parts compute grad_input only */
+  if (gw_apart) TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, false, &c));
+  c.need_gi = need_gi; c.need_gw = need_gw && !gw_apart;
   tpu_dtype_t cd = c.cd;
   int64_t L_out = c.L_out, Cout = c.Cout;
   /* Outputs output_mask did not ask for are absent (never bound) and not written. */
@@ -873,15 +918,16 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   int64_t gw_n = need_gw ? tpu__operand_numel(&n->out[1]) : 0;
   tpu_status_t st = NULL;
   bool ok = c.go && (!need_gw || (c.x && gw)) && (!need_gi || (c.w && c.gi)) && (!need_gb || gb);
-  if (ok && need_gw) {
+  if (ok && c.need_gw) {
     parts[0] = gw;
     for (int64_t p = 1; p < c.parts && ok; ++p) ok = (parts[p] = alloc_elems(gw_n, c.csz, true)) != NULL;
     c.gw = parts;
   }
   if (!ok) { st = TPU_HOST_NOMEM(); goto done; }
-  if (need_gi || need_gw) st = tpu__parallel_for(c.parts, 1, conv_bwd_parts, &c);
+  if (c.need_gi || c.need_gw) st = tpu__parallel_for(c.parts, 1, conv_bwd_parts, &c);
+  if (!st && gw_apart) st = conv_gw_blocks(&c, gw);
   if (st) goto done;
-  for (int64_t p = 1; need_gw && p < c.parts; ++p) {
+  for (int64_t p = 1; c.need_gw && p < c.parts; ++p) {
     if (cd == TPU_DTYPE_F32) { float *d = (float*)gw, *q = (float*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
     else if (cd == TPU_DTYPE_F64) { double *d = (double*)gw, *q = (double*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
     else { int64_t *d = (int64_t*)gw, *q = (int64_t*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)q[i]); }
