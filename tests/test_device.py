@@ -317,3 +317,19 @@ def test_cpu_ops_threads_beside_host_driver(env, want):
                            capture_output=True, text=True, timeout=120,
                            env=dict(clean, TORCH_DEVICE_BACKEND_AUTOLOAD="0", **env))
     assert before == plain.stdout.strip()
+
+
+@pytest.mark.parametrize("user_value", [None, "2"])
+def test_runtime_openblas_loads_single_threaded(user_value):
+    """The runtime's OpenBLAS must start no thread servers when it loads (they spun on the
+    cores for the first 0.3 s after import, halving GEMM speed there), and the user's
+    OPENBLAS_NUM_THREADS, set or not, is left as it was for other libraries."""
+    code = ("import ctypes, os, torchtpu\n"
+            "path = next(l.split()[-1] for l in open('/proc/self/maps') if 'libscipy_openblas.so' in l)\n"
+            "print(ctypes.CDLL(path).scipy_openblas_get_num_threads(), os.environ.get('OPENBLAS_NUM_THREADS'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user_value is not None:
+        env["OPENBLAS_NUM_THREADS"] = user_value
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", str(user_value)]

@@ -28,7 +28,20 @@ if _local_world.isdigit() and int(_local_world) > 0:
     if not os.environ.get("TORCHTPU_NUM_THREADS"):
         os.environ["TORCHTPU_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // int(_local_world)))
 
-from . import _C  # noqa: E402  (loads libtpurt and registers kernels)
+# The runtime calls its OpenBLAS single-threaded (its pool splits large products), but
+# OpenBLAS starts its thread servers when the library loads, unless this variable says one
+# thread, and they spin for a while after starting: measured, the GEMMs of the first 0.3 s
+# after import ran at half speed. So the variable is set while _C (and with it OpenBLAS)
+# loads, and restored after, leaving other BLAS libraries as the user configured them.
+_openblas_threads = os.environ.get("OPENBLAS_NUM_THREADS")
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+try:
+    from . import _C  # noqa: E402  (loads libtpurt and registers kernels)
+finally:
+    if _openblas_threads is None:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+    else:
+        os.environ["OPENBLAS_NUM_THREADS"] = _openblas_threads
 from . import device as _device_module  # noqa: E402
 
 from . import modes  # noqa: E402
