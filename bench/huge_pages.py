@@ -1,5 +1,5 @@
 """Huge pages for large device blocks (host driver), off vs on, alternating fresh
-processes: TORCHTPU_HUGE_PAGES=0 vs the default.
+processes: the default (TORCHTPU_HUGE_PAGES=0) vs TORCHTPU_HUGE_PAGES=1.
 
 Per process: page faults and time of a GPT d=1024 training step's first step (weights,
 gradients, AdamW state and activations touched for the first time) and of a steady step;
@@ -76,7 +76,7 @@ def main():
             print(f"round {r} huge={huge}: {res[huge][-1]}", file=sys.stderr, flush=True)
     print(f"Command: `python bench/huge_pages.py --rounds {args.rounds}` (fresh process per run, "
           "alternating; median over rounds)\n")
-    print("| measure | TORCHTPU_HUGE_PAGES=0 (each round) | default, huge pages (each round) | "
+    print("| measure | TORCHTPU_HUGE_PAGES=0, the default (each round) | TORCHTPU_HUGE_PAGES=1 (each round) | "
           "gain of huge pages (medians) |")
     print("|---|---:|---:|---:|")
     for label, key, digits, higher in ROWS:

@@ -1,4 +1,5 @@
 /* Core runtime: status, dtype promotion, memory pool, storages, copies, async errors. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -117,6 +118,7 @@ static void test_memory_returns_to_baseline(void) {
 /* Pool blocks of 4 MiB and more are their own 2 MiB-aligned mappings (host driver, huge
  * pages), given back by empty_cache and mapped again; smaller ones come from malloc. */
 static void test_large_blocks(void) {
+  /* (main sets TORCHTPU_HUGE_PAGES=1 before the driver reads it) */
   CHECK_OK(tpu_device_synchronize(0));
   uint64_t sizes[] = {1u << 20, 4u << 20, (9u << 20) + 4};
   for (int round = 0; round < 2; ++round) {
@@ -137,6 +139,7 @@ static void test_large_blocks(void) {
 }
 
 int main(void) {
+  setenv("TORCHTPU_HUGE_PAGES", "1", 1);
   test_status();
   test_promotion();
   test_storage_roundtrip();

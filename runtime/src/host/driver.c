@@ -60,15 +60,21 @@ static tpu_status_t host_props(tpu_driver_t* d, int device, tpu_device_props_t* 
  * touch then faults in 2 MiB at a time instead of 4 KiB, and a GEMM streaming a large
  * operand misses the TLB 512x less often. A GPT training step at d=1024 touches its
  * weights, gradients, optimizer state and activations for the first time in its first
- * step, taking some 200,000 page faults. TORCHTPU_HUGE_PAGES=0 turns this off. */
+ * step, taking some 200,000 page faults.
+ *
+ * Off unless TORCHTPU_HUGE_PAGES=1: on the virtual machines measured (docs/benchmarks.md,
+ * stops 30 and 31) a fresh 2 MiB page costs the hypervisor more than 512 fresh 4 KiB
+ * pages, and the GPT d=512 first step took 0.47-0.57 s with huge pages against 0.28-0.31 s
+ * without (steady steps equal; d=1024's 9% faster at best). Long runs whose steady state
+ * matters more than their first step turn it on. */
 #define HUGE_MIN (4ull << 20)
 #define HUGE_ALIGN (2ull << 20)
 
-static bool huge_pages = true;
+static bool huge_pages = false;
 static pthread_once_t huge_once = PTHREAD_ONCE_INIT;
 static void read_huge(void) {
   const char* e = getenv("TORCHTPU_HUGE_PAGES");
-  huge_pages = !(e && *e == '0');
+  huge_pages = e && *e && *e != '0';
 }
 
 static bool is_huge(uint64_t n) {
