@@ -1,12 +1,12 @@
 """Huge pages for large device blocks (host driver), off vs on, alternating fresh
 processes: the default (TORCHTPU_HUGE_PAGES=0) vs TORCHTPU_HUGE_PAGES=1.
 
-Per process: page faults and time of a GPT d=1024 training step's first step (weights,
+Per process: page faults and time of a GPT training step (d=1024, or --d 512)'s first step (weights,
 gradients, AdamW state and activations touched for the first time) and of a steady step;
 first touch of a 256 MiB tensor allocated after the pool was emptied; copy and add
 bandwidth over 64 MiB tensors.
 
-    python bench/huge_pages.py [--rounds 2]
+    python bench/huge_pages.py [--rounds 2] [--d 512|1024]
 """
 import argparse
 import json
@@ -23,7 +23,7 @@ from gpt_configs import GPT_CONFIGS
 torchtpu.set_eager_mode("strict")
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 out = {}
-cfg = GPT_CONFIGS[1]
+cfg = next(c for c in GPT_CONFIGS if c["d"] == int(sys.argv[2]))
 model = train_gpt.make_model(d=cfg["d"], heads=cfg["heads"], layers=cfg["layers"], ctx=cfg["ctx"]).to("tpu")
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 batches = train_gpt.make_batches(cfg["batch"], cfg["ctx"])
@@ -55,8 +55,8 @@ print(json.dumps(out))
 """
 
 # (label, key, digits, higher is better)
-ROWS = [("GPT d=1024 first step, s", "first_s", 2, False), ("  page faults in it", "first_faults", 0, False),
-        ("GPT d=1024 steady step, s", "steady_s", 3, False), ("  page faults in it", "steady_faults", 0, False),
+ROWS = [("GPT first step, s", "first_s", 2, False), ("  page faults in it", "first_faults", 0, False),
+        ("GPT steady step, s", "steady_s", 3, False), ("  page faults in it", "steady_faults", 0, False),
         ("first touch of 256 MiB, s", "touch_s", 3, False), ("  page faults in it", "touch_faults", 0, False),
         ("copy 64 MiB, GB/s", "copy_gbs", 1, True), ("add 64 MiB, GB/s", "add_gbs", 1, True)]
 
@@ -64,18 +64,19 @@ ROWS = [("GPT d=1024 first step, s", "first_s", 2, False), ("  page faults in it
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--d", type=int, default=1024, choices=[512, 1024], help="the GPT config (bench/gpt_configs.py)")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     res = {"0": [], "1": []}
     for r in range(args.rounds):
         for huge in ("0", "1"):  # alternated: the machine's noise hits both alike
             env = dict(os.environ, TORCHTPU_HUGE_PAGES=huge)
-            p = subprocess.run([sys.executable, "-c", CHILD, root], env=env, capture_output=True, text=True,
+            p = subprocess.run([sys.executable, "-c", CHILD, root, str(args.d)], env=env, capture_output=True, text=True,
                                check=True)
             res[huge].append(json.loads(p.stdout.strip().splitlines()[-1]))
             print(f"round {r} huge={huge}: {res[huge][-1]}", file=sys.stderr, flush=True)
-    print(f"Command: `python bench/huge_pages.py --rounds {args.rounds}` (fresh process per run, "
-          "alternating; median over rounds)\n")
+    print(f"Command: `python bench/huge_pages.py --rounds {args.rounds} --d {args.d}` (fresh process per run, "
+          f"alternating; median over rounds; GPT d={args.d})\n")
     print("| measure | TORCHTPU_HUGE_PAGES=0, the default (each round) | TORCHTPU_HUGE_PAGES=1 (each round) | "
           "gain of huge pages (medians) |")
     print("|---|---:|---:|---:|")
