@@ -151,7 +151,8 @@ def test_large_blocks_round_trip(huge):
     # With TORCHTPU_HUGE_PAGES=1, blocks of 4 MiB and more (pool classes 4 MiB and 10 MiB
     # here; a 1 MiB one comes from malloc) are their own mappings advised for huge pages
     # (runtime_test.c checks their alignment), unmapped by empty_cache and mapped again;
-    # by default (0) every block is on malloc. Either way the data round-trips (asserted in the child).
+    # by default (0) every block is on malloc. Either way the data round-trips (asserted
+    # in the child).
     env = dict(os.environ, TORCHTPU_HUGE_PAGES=huge)
     out = subprocess.run([sys.executable, "-c", _LARGE_BLOCKS], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
