@@ -857,6 +857,7 @@ typedef struct wino_s {
   const conv_t* c;
   int64_t H, W, OH, OW, TH, TW, P; /* image, output, tiles per column / row / image */
   int64_t b0, nb, T;               /* the block's first image, its images, its tiles */
+  bool flip;                       /* weights [Cin][Cout] turned half a turn (grad_input) */
   float *u, *v, *m;                /* [16][Cout][Cin], [16][Cin][T], [16][Cout][T] */
 } wino_t;
 
@@ -873,9 +874,16 @@ TPU_ISA_CLONES static tpu_status_t wino_weights(void* arg, int64_t co0, int64_t 
   for (int64_t co = co0; co < co1; ++co)
     for (int64_t ci0 = 0; ci0 < Cin; ci0 += WINO_WL) {
       int64_t n = Cin - ci0 < WINO_WL ? Cin - ci0 : WINO_WL;
-      const float* g = (const float*)w->c->w + (co * Cin + ci0) * 9;
-      for (int64_t l = 0; l < n; ++l)
-        for (int e = 0; e < 9; ++e) k[e][l] = g[l * 9 + e];
+      const float* g = (const float*)w->c->w;
+      if (w->flip) {
+        g += (ci0 * Cout + co) * 9;
+        for (int64_t l = 0; l < n; ++l)
+          for (int e = 0; e < 9; ++e) k[e][l] = g[l * Cout * 9 + 8 - e];
+      } else {
+        g += (co * Cin + ci0) * 9;
+        for (int64_t l = 0; l < n; ++l)
+          for (int e = 0; e < 9; ++e) k[e][l] = g[l * 9 + e];
+      }
       for (int j = 0; j < 3; ++j)
         for (int l = 0; l < WINO_WL; ++l) {
           t[0][j][l] = k[j][l];
@@ -1018,8 +1026,10 @@ static void wino_give(float* p, int64_t n) {
   atomic_store(&wino_kept_n, n);
 }
 
-static tpu_status_t conv_wino_fwd(const conv_t* c) {
-  wino_t w = {.c = c, .H = c->g.img[0], .W = c->g.img[1], .OH = c->g.pos[0], .OW = c->g.pos[1]};
+/* c's forward by Winograd; with flip, c's weights are [Cin][Cout] and used turned half a
+ * turn (the input gradient of the convolution with c's x and y swapped). */
+static tpu_status_t conv_wino_fwd(const conv_t* c, bool flip) {
+  wino_t w = {.c = c, .H = c->g.img[0], .W = c->g.img[1], .OH = c->g.pos[0], .OW = c->g.pos[1], .flip = flip};
   w.TH = (w.OH + 1) / 2; w.TW = (w.OW + 1) / 2; w.P = w.TH * w.TW;
   int64_t per_image = 16 * (c->Cin + c->Cout) * w.P * (int64_t)sizeof(float);
   int64_t nbw = WINO_BYTES / per_image;
@@ -1058,7 +1068,7 @@ static tpu_status_t conv_kernel(tpu_node_t* n) {
   c.bias = bias;
   tpu_status_t st = NULL;
   if (!c.x || !c.w || !c.y || (Bs->value && !bias)) { st = TPU_HOST_NOMEM(); goto done; }
-  st = conv_wino_ok(&c) ? conv_wino_fwd(&c) : tpu__parallel_for(c.parts, 1, conv_fwd_parts, &c);
+  st = conv_wino_ok(&c) ? conv_wino_fwd(&c, false) : tpu__parallel_for(c.parts, 1, conv_fwd_parts, &c);
   if (!st) tpu__dense_out_done(Y, yo, c.cd);
 done:
   tpu__free(xo); tpu__free(wo); tpu__free(yo); tpu__free(bias);
@@ -1108,6 +1118,25 @@ done:
   return st;
 }
 
+/* At stride 1 and dilation 1, grad_input is the convolution of grad_output, padded by
+ * k - 1 - p, with the weights transposed and turned half a turn: for 3x3 weights with
+ * padding up to 2 it runs Winograd as the forward does. */
+static bool conv_wino_gi_ok(const conv_t* c) {
+  return conv_wino_ok(c) && c->g.p[0] <= 2 && c->g.p[1] <= 2;
+}
+
+static tpu_status_t conv_wino_gi(const conv_t* c) {
+  conv_t v = *c;
+  v.Cin = c->Cout; v.Cout = c->Cin;
+  v.x = c->go; v.y = c->gi; v.bias = NULL;
+  for (int d = 0; d < 2; ++d) {
+    v.g.img[d] = c->g.pos[d];
+    v.g.pos[d] = c->g.img[d];
+    v.g.p[d] = 2 - c->g.p[d];
+  }
+  return conv_wino_fwd(&v, true);
+}
+
 /* A plane's sum in double (the bias gradient of a convolution). */
 TPU_ISA_CLONES static double plane_sum_f32(const float* p, int64_t n) { return tpu__v8_sum_f32(p, n); }
 TPU_ISA_CLONES static double plane_sum_f64(const double* p, int64_t n) { return tpu__v8_sum_f64(p, n); }
@@ -1119,7 +1148,8 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, need_gw, &c));
   bool gw_apart = need_gw && conv_gw_apart(&c); /* then the parts compute grad_input only */
   if (gw_apart) TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, false, &c));
-  c.need_gi = need_gi; c.need_gw = need_gw && !gw_apart;
+  bool gi_wino = need_gi && conv_wino_gi_ok(&c); /* then the parts compute no grad_input */
+  c.need_gi = need_gi && !gi_wino; c.need_gw = need_gw && !gw_apart;
   tpu_dtype_t cd = c.cd;
   int64_t L_out = c.L_out, Cout = c.Cout;
   /* Outputs output_mask did not ask for are absent (never bound) and not written. */
@@ -1129,7 +1159,7 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   c.go = tpu__dense_in(GO, cd, &goo); /* (read only, as x and w) */
   c.x = need_gw ? tpu__dense_in(X, cd, &xo) : NULL;
   c.w = need_gi ? tpu__dense_in(W, cd, &wo) : NULL;
-  c.gi = need_gi ? tpu__dense_out(n, &n->out[0], cd, true, &gio) : NULL;
+  c.gi = need_gi ? tpu__dense_out(n, &n->out[0], cd, !gi_wino, &gio) : NULL;
   char* gw = need_gw ? tpu__dense_out(n, &n->out[1], cd, true, &gwo) : NULL;
   char* gb = need_gb ? tpu__dense_out(n, &n->out[2], cd, true, &gbo) : NULL;
   int64_t gw_n = need_gw ? tpu__operand_numel(&n->out[1]) : 0;
@@ -1143,6 +1173,7 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   if (!ok) { st = TPU_HOST_NOMEM(); goto done; }
   if (c.need_gi || c.need_gw) st = tpu__parallel_for(c.parts, 1, conv_bwd_parts, &c);
   if (!st && gw_apart) st = conv_gw_blocks(&c, gw);
+  if (!st && gi_wino) st = conv_wino_gi(&c);
   if (st) goto done;
   for (int64_t p = 1; c.need_gw && p < c.parts; ++p) {
     if (cd == TPU_DTYPE_F32) { float *d = (float*)gw, *q = (float*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
