@@ -1,6 +1,6 @@
 """Model benchmarks from the examples, tpu vs CPU eager (and Inductor CPU when it compiles
-quickly): GPT training / prefill / decode tokens/s at d=512 and d=1024, CNN images/s,
-first-step and steady-state step time, peak device memory, MFU against the FMA peak.
+quickly): GPT training / prefill / decode tokens/s at d=512 and d=1024, images/s of the
+example CNN and of torchvision's ResNet-18 (eager only: batch 16 at 128x128, SGD), first-step and steady-state step time, peak device memory, MFU against the FMA peak.
 
 `--peak FLOPS` is the machine's all-core f32 peak (from bench/machine.py) for MFU."""
 import argparse
@@ -10,6 +10,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+import torchvision
 
 from _timing import emit, progress, sync, threads_for
 from gpt_configs import GPT_CONFIGS, gpt_train_flops_per_token
@@ -82,7 +83,18 @@ def cnn_times(dev, steps, batch=64, compiled=False):
     return step_times(fwd, opt, lambda s: train_cnn.batches(s, batch), F.cross_entropy, dev, steps)
 
 
-def cnn_rows(devs, rounds=3, steps=60, batch=64):
+def resnet_times(dev, steps, batch=16, compiled=False):
+    """Step times of a fresh torchvision ResNet-18 (100 classes) on one fixed batch of
+    128x128 images, SGD with momentum."""
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=100).to(dev)
+    fwd = torch.compile(model) if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = torch.randn(batch, 3, 128, 128), torch.randint(0, 100, (batch,))
+    return step_times(fwd, opt, lambda s: (x, y), F.cross_entropy, dev, steps)
+
+
+def cnn_rows(devs, times_fn=cnn_times, model="CNN (train_cnn.py, batch 64, 16x16)", rounds=3, steps=60, batch=64):
     """Steps of ~5 ms are at the mercy of a burst of load from other processes, so the
     devices alternate for `rounds` rounds of `steps` steps and each row is the median of
     all its steady steps (every round's first step left out); first step: round one's."""
@@ -92,18 +104,18 @@ def cnn_rows(devs, rounds=3, steps=60, batch=64):
         for dev, comp, label in devs:
             if dev == "tpu" and rnd == 0:
                 torch.tpu.reset_peak_memory_stats()
-            t = cnn_times(dev, steps, batch, comp)
+            t = times_fn(dev, steps, batch, comp)
             first.setdefault(label, t[0])
             times[label] += t[1:]
     rows = []
     for dev, _, label in devs:
         steady = sorted(times[label])[len(times[label]) // 2]
         r = {"first_step_s": first[label], "steady_step_s": steady, "images_s": batch / steady,
-             "model": "CNN (train_cnn.py, batch 64, 16x16)", "device": label}
+             "model": model, "device": label}
         if dev == "tpu":
             r["peak_mem_bytes"] = torch.tpu.max_memory_allocated()
         rows.append(r)
-        progress(f"CNN on {label}: {r['images_s']:.0f} images/s")
+        progress(f"{model} on {label}: {r['images_s']:.0f} images/s")
     return rows
 
 
@@ -130,6 +142,9 @@ def main():
             progress(f"  train {r['train_tokens_s']:.0f} tok/s, steady {r['steady_step_s']:.2f} s/step")
             rows.append(r)
     rows += cnn_rows([(dev, comp, "cpu (inductor)" if comp else dev) for dev, comp in devs])
+    if not a.compile:
+        rows += cnn_rows([(dev, False, dev) for dev, _ in devs], resnet_times,
+                         "ResNet-18 (torchvision, batch 16, 128x128)", rounds=2, steps=6, batch=16)
     emit({"models_compile" if a.compile else "models": rows})
 
 
