@@ -859,6 +859,7 @@ typedef struct wino_s {
   int64_t b0, nb, T;               /* the block's first image, its images, its tiles */
   bool flip;                       /* weights [Cin][Cout] turned half a turn (grad_input) */
   float *u, *v, *m;                /* [16][Cout][Cin], [16][Cin][T], [16][Cout][T] */
+  float* gw;                       /* the weight gradient (u is then its transform) */
 } wino_t;
 
 /* u = G g G^T, G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1], for weights [co0, co1):
@@ -1000,6 +1001,87 @@ TPU_ISA_CLONES static tpu_status_t wino_output(void* arg, int64_t k0, int64_t k1
   return NULL;
 }
 
+/* The weight gradient by the same transforms: with y = A^T (U . V) A per tile and
+ * U = G g G^T, dL/dU = sum over tiles of (A dy A^T) . V and dL/dg = G^T (dL/dU) G. So per
+ * block of images the input is transformed as in the forward, grad_output's 2x2 tiles to
+ * 4x4 (M = A dy A^T, A = [1 0; 1 1; 1 -1; 0 -1]; outputs past the edge are zeros, as
+ * the forward cropped them), and dU[i] += M[i] (Cout x tiles) x V[i]^T: K = the block's
+ * tiles. Then g = G^T dU G per weight, added to the gradient. */
+TPU_ISA_CLONES static tpu_status_t wino_gout(void* arg, int64_t k0, int64_t k1, int tid) {
+  (void)tid;
+  const wino_t* w = arg;
+  const conv_t* c = w->c;
+  int64_t OH = w->OH, OW = w->OW, TW = w->TW, T = w->T, Cout = c->Cout, st = Cout * T;
+  static const float ca[4] = {1, 1, 1, 0}, cb[4] = {0, 1, -1, -1}; /* rows of A */
+  float* buf = tpu__malloc(sizeof(float) * (size_t)(6 * TW + 2));
+  if (!buf) return TPU_HOST_NOMEM();
+  float* ln = buf; /* one output line, zero-padded to 2 TW + 2 */
+  float* eo[4] = {buf + 2 * TW + 2, buf + 3 * TW + 2, buf + 4 * TW + 2, buf + 5 * TW + 2}; /* lines 0, 1: even, odd */
+  for (int64_t k = k0; k < k1; ++k)
+    for (int64_t b = 0; b < w->nb; ++b) {
+      const float* g = (const float*)c->go + ((w->b0 + b) * Cout + k) * OH * OW;
+      for (int64_t ty = 0; ty < w->TH; ++ty) {
+        for (int r = 0; r < 2; ++r) {
+          memset(ln, 0, sizeof(float) * (size_t)(2 * TW + 2));
+          if (2 * ty + r < OH) memcpy(ln, g + (2 * ty + r) * OW, sizeof(float) * (size_t)OW);
+          for (int64_t tx = 0; tx < TW; ++tx) { eo[2 * r][tx] = ln[2 * tx]; eo[2 * r + 1][tx] = ln[2 * tx + 1]; }
+        }
+        float* mt = w->m + k * T + b * w->P + ty * TW;
+        for (int a = 0; a < 4; ++a) { /* A from the left, then A^T from the right */
+          float* restrict m0 = mt + (4 * a) * st;
+          float* restrict m1 = m0 + st;
+          float* restrict m2 = m1 + st;
+          float* restrict m3 = m2 + st;
+          const float *restrict e0 = eo[0], *restrict o0 = eo[1], *restrict e1 = eo[2], *restrict o1 = eo[3];
+          float p = ca[a], q = cb[a];
+          for (int64_t tx = 0; tx < TW; ++tx) {
+            float e = p * e0[tx] + q * e1[tx], o = p * o0[tx] + q * o1[tx];
+            m0[tx] = e;
+            m1[tx] = e + o;
+            m2[tx] = e - o;
+            m3[tx] = -o;
+          }
+        }
+      }
+    }
+  tpu__free(buf);
+  return NULL;
+}
+
+TPU_ISA_CLONES static tpu_status_t wino_wgrad(void* arg, int64_t co0, int64_t co1, int tid) {
+  (void)tid;
+  const wino_t* w = arg;
+  int64_t Cin = w->c->Cin, Cout = w->c->Cout;
+  float d[16][WINO_WL], t[3][4][WINO_WL], g[9][WINO_WL];
+  for (int64_t co = co0; co < co1; ++co)
+    for (int64_t ci0 = 0; ci0 < Cin; ci0 += WINO_WL) {
+      int64_t n = Cin - ci0 < WINO_WL ? Cin - ci0 : WINO_WL;
+      for (int i = 0; i < 16; ++i) {
+        const float* src = w->u + (i * Cout + co) * Cin + ci0;
+        if (n == WINO_WL) memcpy(d[i], src, sizeof d[i]);
+        else { memset(d[i], 0, sizeof d[i]); memcpy(d[i], src, sizeof(float) * (size_t)n); }
+      }
+      for (int j = 0; j < 4; ++j) /* G^T from the left */
+        for (int l = 0; l < WINO_WL; ++l) {
+          float h = 0.5f * (d[4 + j][l] + d[8 + j][l]);
+          t[0][j][l] = d[j][l] + h;
+          t[1][j][l] = 0.5f * (d[4 + j][l] - d[8 + j][l]);
+          t[2][j][l] = h + d[12 + j][l];
+        }
+      for (int a = 0; a < 3; ++a) /* G from the right */
+        for (int l = 0; l < WINO_WL; ++l) {
+          float h = 0.5f * (t[a][1][l] + t[a][2][l]);
+          g[3 * a][l] = t[a][0][l] + h;
+          g[3 * a + 1][l] = 0.5f * (t[a][1][l] - t[a][2][l]);
+          g[3 * a + 2][l] = h + t[a][3][l];
+        }
+      float* gw = w->gw + (co * Cin + ci0) * 9;
+      for (int64_t l = 0; l < n; ++l)
+        for (int e = 0; e < 9; ++e) gw[l * 9 + e] += g[e][l];
+    }
+  return NULL;
+}
+
 /* The transform buffers (up to WINO_BYTES) are kept for the next call: freed and
  * allocated again they came back as fresh pages from the kernel each call (glibc maps
  * blocks this large), and faulting them in took a quarter of a 56x56 layer's time. One
@@ -1027,28 +1109,35 @@ static void wino_give(float* p, int64_t n) {
 }
 
 /* c's forward by Winograd; with flip, c's weights are [Cin][Cout] and used turned half a
- * turn (the input gradient of the convolution with c's x and y swapped). */
-static tpu_status_t conv_wino_fwd(const conv_t* c, bool flip) {
-  wino_t w = {.c = c, .H = c->g.img[0], .W = c->g.img[1], .OH = c->g.pos[0], .OW = c->g.pos[1], .flip = flip};
+ * turn (the input gradient of the convolution with c's x and y swapped); with gw, the
+ * weight gradient added to gw instead. */
+static tpu_status_t conv_wino_run(const conv_t* c, bool flip, float* gw) {
+  wino_t w = {.c = c, .H = c->g.img[0], .W = c->g.img[1], .OH = c->g.pos[0], .OW = c->g.pos[1], .flip = flip,
+              .gw = gw};
   w.TH = (w.OH + 1) / 2; w.TW = (w.OW + 1) / 2; w.P = w.TH * w.TW;
   int64_t per_image = 16 * (c->Cin + c->Cout) * w.P * (int64_t)sizeof(float);
   int64_t nbw = WINO_BYTES / per_image;
   nbw = nbw < 1 ? 1 : nbw > c->N ? c->N : nbw;
-  if (!fits_blasint(nbw * w.P)) return tpu_status_make(TPU_UNIMPLEMENTED, "winograd: image too large");
-  int64_t nu = 16 * c->Cout * c->Cin, nv = 16 * c->Cin * nbw * w.P, total = nu + nv + 16 * c->Cout * nbw * w.P;
+  if (!fits_blasint(nbw * w.P)) return tpu_status_make(TPU_UNIMPLEMENTED, "convolution: too many Winograd tiles");
+  int64_t Cin = c->Cin, Cout = c->Cout;
+  int64_t nu = 16 * Cout * Cin, nv = 16 * Cin * nbw * w.P, total = nu + nv + 16 * Cout * nbw * w.P;
   float* buf = wino_take(total);
   if (!buf) return TPU_HOST_NOMEM();
   w.u = buf; w.v = buf + nu; w.m = buf + nu + nv;
-  tpu_status_t st = tpu__parallel_for(c->Cout, 1, wino_weights, &w);
+  tpu_status_t st = gw ? NULL : tpu__parallel_for(Cout, 1, wino_weights, &w);
   for (w.b0 = 0; w.b0 < c->N && !st; w.b0 += nbw) {
     w.nb = c->N - w.b0 < nbw ? c->N - w.b0 : nbw;
     w.T = w.nb * w.P;
-    st = tpu__parallel_for(c->Cin, 1, wino_input, &w);
-    for (int i = 0; i < 16 && !st; ++i)
-      gemm_dense(TPU_DTYPE_F32, false, false, c->Cout, w.T, c->Cin, 1.0, w.u + (int64_t)i * c->Cout * c->Cin,
-                 c->Cin, w.v + (int64_t)i * c->Cin * w.T, w.T, 0.0, w.m + (int64_t)i * c->Cout * w.T, w.T);
-    if (!st) st = tpu__parallel_for(c->Cout, 1, wino_output, &w);
+    st = tpu__parallel_for(Cin, 1, wino_input, &w);
+    if (!st && gw) st = tpu__parallel_for(Cout, 1, wino_gout, &w);
+    for (int i = 0; i < 16 && !st; ++i) {
+      float *u = w.u + (int64_t)i * Cout * Cin, *v = w.v + (int64_t)i * Cin * w.T, *m = w.m + (int64_t)i * Cout * w.T;
+      if (gw) gemm_dense(TPU_DTYPE_F32, false, true, Cout, Cin, w.T, 1.0, m, w.T, v, w.T, w.b0 ? 1.0 : 0.0, u, Cin);
+      else gemm_dense(TPU_DTYPE_F32, false, false, Cout, w.T, Cin, 1.0, u, Cin, v, w.T, 0.0, m, w.T);
+    }
+    if (!st && !gw) st = tpu__parallel_for(Cout, 1, wino_output, &w);
   }
+  if (!st && gw) st = tpu__parallel_for(Cout, 1, wino_wgrad, &w);
   wino_give(buf, total);
   return st;
 }
@@ -1068,7 +1157,7 @@ static tpu_status_t conv_kernel(tpu_node_t* n) {
   c.bias = bias;
   tpu_status_t st = NULL;
   if (!c.x || !c.w || !c.y || (Bs->value && !bias)) { st = TPU_HOST_NOMEM(); goto done; }
-  st = conv_wino_ok(&c) ? conv_wino_fwd(&c, false) : tpu__parallel_for(c.parts, 1, conv_fwd_parts, &c);
+  st = conv_wino_ok(&c) ? conv_wino_run(&c, false, NULL) : tpu__parallel_for(c.parts, 1, conv_fwd_parts, &c);
   if (!st) tpu__dense_out_done(Y, yo, c.cd);
 done:
   tpu__free(xo); tpu__free(wo); tpu__free(yo); tpu__free(bias);
@@ -1125,6 +1214,16 @@ static bool conv_wino_gi_ok(const conv_t* c) {
   return conv_wino_ok(c) && c->g.p[0] <= 2 && c->g.p[1] <= 2;
 }
 
+/* The weight gradient only where the tiles cover the outputs with little waste (at least
+ * 8/9 of their positions): 8x512x7x7's 16 tiles per image cover 49 of 64 and its
+ * gradient was slower by Winograd (20.6-25.7 ms against 19.8-23.5 through im2col), with
+ * 16 x 512 x 512 transformed sums to write and read for 128 tiles; 14x14 (all 49 tiles
+ * full) took 13.8-17.3 ms against 19.3-23.3. */
+static bool conv_wino_gw_ok(const conv_t* c) {
+  int64_t tiles = ((c->g.pos[0] + 1) / 2) * ((c->g.pos[1] + 1) / 2);
+  return conv_wino_ok(c) && 9 * c->g.npos >= 32 * tiles;
+}
+
 static tpu_status_t conv_wino_gi(const conv_t* c) {
   conv_t v = *c;
   v.Cin = c->Cout; v.Cout = c->Cin;
@@ -1134,7 +1233,7 @@ static tpu_status_t conv_wino_gi(const conv_t* c) {
     v.g.pos[d] = c->g.img[d];
     v.g.p[d] = 2 - c->g.p[d];
   }
-  return conv_wino_fwd(&v, true);
+  return conv_wino_run(&v, true, NULL);
 }
 
 /* A plane's sum in double (the bias gradient of a convolution). */
@@ -1146,10 +1245,13 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   bool need_gi = n->ia[3] != 0, need_gw = n->ia[4] != 0, need_gb = n->ia[5] != 0;
   conv_t c;
   TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, need_gw, &c));
-  bool gw_apart = need_gw && conv_gw_apart(&c); /* then the parts compute grad_input only */
-  if (gw_apart) TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, false, &c));
-  bool gi_wino = need_gi && conv_wino_gi_ok(&c); /* then the parts compute no grad_input */
-  c.need_gi = need_gi && !gi_wino; c.need_gw = need_gw && !gw_apart;
+  /* The weight gradient by Winograd or apart, and grad_input by Winograd, leave the
+   * parts the rest (then blocked for grad_input only). */
+  bool gw_wino = need_gw && conv_wino_gw_ok(&c);
+  bool gw_apart = need_gw && !gw_wino && conv_gw_apart(&c);
+  if (gw_wino || gw_apart) TPU_RETURN_IF_ERROR(conv_open(n, X, GO, W, false, &c));
+  bool gi_wino = need_gi && conv_wino_gi_ok(&c);
+  c.need_gi = need_gi && !gi_wino; c.need_gw = need_gw && !gw_apart && !gw_wino;
   tpu_dtype_t cd = c.cd;
   int64_t L_out = c.L_out, Cout = c.Cout;
   /* Outputs output_mask did not ask for are absent (never bound) and not written. */
@@ -1174,6 +1276,7 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   if (c.need_gi || c.need_gw) st = tpu__parallel_for(c.parts, 1, conv_bwd_parts, &c);
   if (!st && gw_apart) st = conv_gw_blocks(&c, gw);
   if (!st && gi_wino) st = conv_wino_gi(&c);
+  if (!st && gw_wino) st = conv_wino_run(&c, false, (float*)gw);
   if (st) goto done;
   for (int64_t p = 1; c.need_gw && p < c.parts; ++p) {
     if (cd == TPU_DTYPE_F32) { float *d = (float*)gw, *q = (float*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
