@@ -968,9 +968,9 @@ TPU_ISA_CLONES static tpu_status_t wino_output(void* arg, int64_t k0, int64_t k1
   const wino_t* w = arg;
   const conv_t* c = w->c;
   int64_t OH = w->OH, OW = w->OW, TW = w->TW, T = w->T, Cout = c->Cout, st = Cout * T;
-  float* buf = tpu__malloc(sizeof(float) * (size_t)(8 * TW + 2));
+  float* buf = tpu__malloc(sizeof(float) * (size_t)(6 * TW));
   if (!buf) return TPU_HOST_NOMEM();
-  float *s = buf, *q = buf + 4 * TW; /* s: 4 columns-combined rows ([2][4][TW] halves); q: even/odd */
+  float *s = buf, *restrict y = buf + 4 * TW; /* s: [4][TW], one output row's A^T m; y: the row */
   for (int64_t k = k0; k < k1; ++k) {
     float bias = c->bias ? ((const float*)c->bias)[k] : 0.0f;
     for (int64_t b = 0; b < w->nb; ++b) {
@@ -986,7 +986,6 @@ TPU_ISA_CLONES static tpu_status_t wino_output(void* arg, int64_t k0, int64_t k1
             if (r == 0) for (int64_t tx = 0; tx < TW; ++tx) sj[tx] = m0[tx] + m1[tx] + m2[tx];
             else for (int64_t tx = 0; tx < TW; ++tx) sj[tx] = m0[tx] - m1[tx] - m2[tx];
           }
-          float* restrict y = q;
           const float *restrict a0 = s, *restrict a1 = s + TW, *restrict a2 = s + 2 * TW, *restrict a3 = s + 3 * TW;
           for (int64_t tx = 0; tx < TW; ++tx) { /* A from the right */
             y[2 * tx] = a0[tx] + a1[tx] + a2[tx] + bias;
