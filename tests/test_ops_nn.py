@@ -506,6 +506,27 @@ def test_fused_attention_causal_row_blocks(dtype, L, S):
         close(a, e, scale=4)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("L,S,E,Ev", [(64, 64, 32, 32), (37, 100, 80, 100), (130, 130, 128, 17), (3, 9, 1, 65)])
+def test_fused_attention_f32_heads(causal, L, S, E, Ev):
+    """f32 heads without bias run whole on one thread (host/attn_avx512f32.c where the CPU
+    has AVX-512): score strips of 64 keys and a narrower last one, head dims past one
+    64-wide strip and not multiples of 16, a partial last block of 32 query rows; q, k
+    and v as the transposed views a fused qkv projection gives; forward and all three
+    gradients against float64."""
+    torch.manual_seed(10)
+    B, H = 2, 3
+    qkv = [torch.randn(B, n, H, d).transpose(1, 2) for n, d in ((L, E), (S, E), (S, Ev))]
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    oc, gc = grads(fn, tuple(t.double().requires_grad_() for t in qkv))
+    with native("_scaled_dot_product_fused_attention_overrideable",
+                "_scaled_dot_product_fused_attention_overrideable_backward"):
+        ot, gt = grads(fn, tuple(tpu(t).requires_grad_() for t in qkv))
+    close(ot, oc.detach().float(), scale=2)
+    for a, e in zip(gt, gc):
+        close(a, e.float(), scale=4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("causal,with_bias,heads_kv", [(False, False, 3), (True, True, 1), (False, True, 3)])
 def test_fused_attention_overrideable_backward(dtype, causal, with_bias, heads_kv):

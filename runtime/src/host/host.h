@@ -190,6 +190,26 @@ tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const f
                            int64_t sak, const float* b, int64_t sbk, int64_t sbn, float beta, float* c,
                            int64_t ldc);
 
+/* One f32 attention head without bias (host/attn_avx512f32.c), for host/nn.c's fused
+ * attention when tpu__gemm_f32_supported(): q [L, E], k [S, E], v [S, Ev], each row-major
+ * with a row stride (ld*) and unit stride along its last dim; causal: row i sees keys
+ * [0, i + 1). Forward: out [L, Ev] (row stride ldo) and lse [L], the rows' logsumexp.
+ * Backward, from grad_out, out and lse: dq [L, E] is written, dk [S, E] and dv [S, Ev]
+ * accumulate (+=: the heads of a GQA group add into one). Single-threaded: callers run
+ * heads in parallel. scratch: tpu__attn_f32_scratch floats, no alignment needed. */
+typedef struct tpu_attn_f32_s {
+  int64_t L, S, E, Ev;
+  float scale;
+  bool causal;
+  const float *q, *k, *v;
+  int64_t ldq, ldk, ldv;
+} tpu_attn_f32_t;
+size_t tpu__attn_f32_scratch(int64_t L, int64_t S, int64_t E, int64_t Ev);
+void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, float* out, int64_t ldo, float* lse, float* scratch);
+void tpu__attn_f32_bwd(const tpu_attn_f32_t* h, const float* go, int64_t ldgo, const float* o, int64_t ldo,
+                       const float* lse, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
+                       int64_t lddv, float* scratch);
+
 /* bf16 GEMM with AVX512-BF16 (host/gemm_avx512bf16.c). Row-major f32 C[M, N] (row stride
  * ldc) = alpha * A B + beta * C, with C not read when beta is 0; element (i, k) of A is
  * a[i * sam + k * sak], element (k, j) of B is b[k * sbk + j * sbn] (any strides, in

@@ -1041,7 +1041,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
  * results in a fixed order, so they vectorize and do not depend on the instruction set. */
 #define CAUSAL_ROWS 32
 
-#define SDPA_DEFINE(T, SFX, CDT, EXP, LOG)                                                     \
+#define SDPA_DEFINE(T, SFX, CDT, EXP, LOG, FAST)                                               \
   /* A 4-d operand as (b, h) slices of rows: element (b, h, i, e) at p[b*sb + h*sh + i*ld + e]. */ \
   typedef struct hm_##SFX##_s { T* p; int64_t sb, sh, ld; void* owned; } hm_##SFX;           \
   static inline T* hm_at_##SFX(const hm_##SFX* m, int64_t b, int64_t h) {                     \
@@ -1169,7 +1169,20 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     tpu_node_t* n; const sdpa_dims_t* d; const tpu_operand_t* bias; int64_t grp;               \
     hm_##SFX q, k, v, go, o, out, dq, dk, dv;                                                  \
     T* lse;                                                                                    \
+    bool fast; /* f32 heads without bias: host/attn_avx512f32.c (FAST: the f32 template) */    \
   } heads_##SFX;                                                                               \
+  static tpu_attn_f32_t fast_head_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk) { \
+    const sdpa_dims_t* d = X->d;                                                               \
+    tpu_attn_f32_t a = {d->L, d->S, d->E, d->Ev, (float)X->n->da[0], X->n->ia[0] != 0,         \
+                        (const float*)hm_at_##SFX(&X->q, b, h), (const float*)hm_at_##SFX(&X->k, b, hk), \
+                        (const float*)hm_at_##SFX(&X->v, b, hk), X->q.ld, X->k.ld, X->v.ld};   \
+    return a;                                                                                  \
+  }                                                                                            \
+  /* The fast kernels run a head on one thread: only with a head per thread or more. */        \
+  static bool fast_ok_##SFX(const tpu_node_t* n, const tpu_operand_t* bias, int64_t heads) {   \
+    return FAST && !(bias && present(bias)) && n->da[0] != 0 && tpu__gemm_f32_supported() &&   \
+           heads >= tpu__num_threads();                                                        \
+  }                                                                                            \
   /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
   static void scores_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk, T* sc, T* tmp) { \
     const tpu_node_t* n = X->n;                                                                \
@@ -1222,12 +1235,19 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   static tpu_status_t fwd_heads_##SFX(void* arg, int64_t hb, int64_t he, int tid) {           \
     heads_##SFX* X = arg;                                                                      \
     const sdpa_dims_t* d = X->d;                                                               \
-    T* sc = tpu__malloc(sizeof(T) * (size_t)(2 * d->L * d->S + 1));                            \
+    size_t need = X->fast ? tpu__attn_f32_scratch(d->L, d->S, d->E, d->Ev) : (size_t)(2 * d->L * d->S + 1); \
+    T* sc = tpu__malloc(sizeof(T) * need);                                                     \
     if (!sc) return TPU_HOST_NOMEM();                                                          \
     T* tmp = sc + d->L * d->S;                                                                 \
     bool causal_only = X->n->ia[0] && !(X->bias && present(X->bias));                         \
     for (int64_t bh = hb; bh < he; ++bh) {                                                     \
       int64_t b = bh / d->H, h = bh % d->H, hk = h / X->grp;                                   \
+      if (X->fast) {                                                                           \
+        tpu_attn_f32_t a = fast_head_##SFX(X, b, h, hk);                                       \
+        tpu__attn_f32_fwd(&a, (float*)hm_at_##SFX(&X->out, b, h), X->out.ld, (float*)(X->lse + bh * d->L), \
+                          (float*)sc);                                                         \
+        continue;                                                                              \
+      }                                                                                        \
       if (causal_only) { causal_head_##SFX(X, b, h, hk, bh, sc); continue; }                   \
       scores_##SFX(X, b, h, hk, sc, tmp);                                                      \
       sm_ctx_##SFX C = {sc, X->lse + bh * d->L, d->S, NULL, NULL, NULL, 0, 0, 0};              \
@@ -1249,6 +1269,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   static tpu_status_t sdpa_fwd_##SFX(tpu_node_t* n) {                                          \
     sdpa_dims_t d = sdpa_dims(n, 0);                                                           \
     heads_##SFX X = {n, &d, &n->in[3], d.H / d.Hk};                                            \
+    X.fast = fast_ok_##SFX(n, &n->in[3], d.B * d.H);                                           \
     T* lse = X.lse = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L + 1));                   \
     bool ok = lse && hm_open_##SFX(&n->in[0], &X.q) && hm_open_##SFX(&n->in[1], &X.k) &&       \
               hm_open_##SFX(&n->in[2], &X.v) && hm_out_##SFX(&n->out[0], &X.out, false);       \
@@ -1322,11 +1343,20 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   static tpu_status_t bwd_kv_heads_##SFX(void* arg, int64_t kb, int64_t ke, int tid) {        \
     heads_##SFX* X = arg;                                                                      \
     const sdpa_dims_t* d = X->d;                                                               \
-    T* p = tpu__malloc(sizeof(T) * (size_t)(3 * d->L * d->S + 1));                             \
+    size_t need = X->fast ? tpu__attn_f32_scratch(d->L, d->S, d->E, d->Ev) : (size_t)(3 * d->L * d->S + 1); \
+    T* p = tpu__malloc(sizeof(T) * need);                                                      \
     if (!p) return TPU_HOST_NOMEM();                                                           \
     for (int64_t kv = kb; kv < ke; ++kv) {                                                     \
       int64_t b = kv / d->Hk, hk = kv % d->Hk;                                                 \
-      for (int64_t g = 0; g < X->grp; ++g)                                                     \
+      for (int64_t g = 0; g < X->grp && X->fast; ++g) {                                        \
+        int64_t h = hk * X->grp + g, bh = b * d->H + h;                                        \
+        tpu_attn_f32_t a = fast_head_##SFX(X, b, h, hk);                                       \
+        tpu__attn_f32_bwd(&a, (const float*)hm_at_##SFX(&X->go, b, h), X->go.ld,               \
+                          (const float*)hm_at_##SFX(&X->o, b, h), X->o.ld, (const float*)(X->lse + bh * d->L), \
+                          (float*)hm_at_##SFX(&X->dq, b, h), X->dq.ld, (float*)hm_at_##SFX(&X->dk, b, hk), \
+                          X->dk.ld, (float*)hm_at_##SFX(&X->dv, b, hk), X->dv.ld, (float*)p);  \
+      }                                                                                        \
+      for (int64_t g = 0; g < X->grp && !X->fast; ++g)                                         \
         bwd_head_##SFX(X, b * d->H + hk * X->grp + g, p, p + d->L * d->S, p + 2 * d->L * d->S, NULL, NULL); \
     }                                                                                          \
     tpu__free(p);                                                                              \
@@ -1345,6 +1375,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
       for (int i = 3; i >= 0; --i) { bstr[i] = bshape[i] == 1 ? 0 : bnum; bnum *= bshape[i]; } \
     }                                                                                          \
     heads_##SFX X = {n, &d, bias, d.H / d.Hk};                                                 \
+    X.fast = !gbias && fast_ok_##SFX(n, bias, d.B * d.Hk);                                     \
     /* absent gradients get scratch of their full shape, as the inputs' shapes give */        \
     tpu_operand_t grads[3];                                                                    \
     const tpu_operand_t* like[3] = {&n->in[1], &n->in[2], &n->in[3]};                          \
@@ -1384,8 +1415,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   }
 
 
-SDPA_DEFINE(float, f32, TPU_DTYPE_F32, tpu__vexpf, logf)
-SDPA_DEFINE(double, f64, TPU_DTYPE_F64, exp, log)
+SDPA_DEFINE(float, f32, TPU_DTYPE_F32, tpu__vexpf, logf, true)
+SDPA_DEFINE(double, f64, TPU_DTYPE_F64, exp, log, false)
 
 static tpu_status_t sdpa_kernel(tpu_node_t* n) {
   return n->compute == TPU_DTYPE_F64 ? sdpa_fwd_f64(n) : sdpa_fwd_f32(n);
