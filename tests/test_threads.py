@@ -64,6 +64,12 @@ qd, kd, vd = (t.to(dev).requires_grad_() for t in (q, k, v))
 out["sdpa"] = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
 out["sdpa"].square().sum().backward()
 out["sdpa_dq"], out["sdpa_dk"], out["sdpa_dv"] = qd.grad, kd.grad, vd.grad
+# one head of 300 rows: the forward's row ranges follow the thread count, the backward's
+# kernel choice must not
+q1, k1, v1 = (torch.randn(1, 1, 300, 40).to(dev).requires_grad_() for _ in range(3))
+out["sdpa_1head"] = F.scaled_dot_product_attention(q1, k1, v1)
+out["sdpa_1head"].square().sum().backward()
+out["sdpa_1head_dq"], out["sdpa_1head_dk"] = q1.grad, k1.grad
 # LAPACK decompositions: batches of matrices over the pool, one LAPACK chain per matrix
 sq = torch.randn(24, 40, 40)
 spd = (sq @ sq.mT + 40 * torch.eye(40)).to(dev)

@@ -23,7 +23,7 @@
 #include "host/avx512.h"
 #include "host/host.h"
 
-#define QB 32 /* query rows per block: a causal block multiplies only the keys it sees */
+#define QB TPU_ATTN_ROWS
 
 static int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 
@@ -169,12 +169,14 @@ AVX512_TARGET static void softmax_rows(float* sc, int64_t cs, int64_t m, int64_t
   }
 }
 
-AVX512_TARGET void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, float* out, int64_t ldo, float* lse, float* scratch) {
-  int64_t L = h->L, S = h->S, ls = pad16(S);
+AVX512_TARGET void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, int64_t r0, int64_t r1, float* out, int64_t ldo,
+                                     float* lse, float* scratch) {
+  int64_t S = h->S, ls = pad16(S);
+  int64_t seen = h->causal ? (r1 < S ? r1 : S) : S; /* keys any of the rows sees */
   float *kt = scratch, *sc = kt + h->E * ls;
-  pack_t(kt, ls, h->k, h->ldk, S, h->E);
-  for (int64_t i0 = 0; i0 < L; i0 += QB) {
-    int64_t m = L - i0 < QB ? L - i0 : QB;
+  pack_t(kt, ls, h->k, h->ldk, seen, h->E);
+  for (int64_t i0 = r0; i0 < r1; i0 += QB) {
+    int64_t m = r1 - i0 < QB ? r1 - i0 : QB;
     int64_t c = h->causal ? (i0 + m < S ? i0 + m : S) : S; /* keys the block's rows see */
     if (c <= 0) { /* no key at all (S = 0): zeros, as ATen */
       for (int64_t i = 0; i < m; ++i) {

@@ -41,8 +41,6 @@ AVX512_TARGET static inline void tpu__avx512_transpose16(__m512i r[16]) {
   }
 }
 
-static inline int64_t tpu__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 /* The lanes of a 16-float vector that hold one of cnt remaining columns. */
 static inline __mmask16 tpu__avx512_lanes(int cnt) {
   return cnt >= 16 ? (__mmask16)0xFFFF : cnt > 0 ? (__mmask16)((1u << cnt) - 1) : 0;

@@ -159,6 +159,8 @@ tpu_status_t tpu__parallel_serial(int64_t n, int chunks, tpu_parallel_fn fn, voi
  * microseconds of wake-up, which this much work amortizes. */
 #define TPU_PARALLEL_MIN_WORK 32768
 
+static inline int64_t tpu__cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 /* OpenBLAS runs single-threaded (set on first use; call before any BLAS call). */
 void tpu__blas_prepare(void);
 /* Row-major C = alpha op(A) op(B) + beta C in f32 or f64 (cd), split over the pool in
@@ -193,10 +195,13 @@ tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const f
 /* One f32 attention head without bias (host/attn_avx512f32.c), for host/nn.c's fused
  * attention when tpu__gemm_f32_supported(): q [L, E], k [S, E], v [S, Ev], each row-major
  * with a row stride (ld*) and unit stride along its last dim; causal: row i sees keys
- * [0, i + 1). Forward: out [L, Ev] (row stride ldo) and lse [L], the rows' logsumexp.
- * Backward, from grad_out, out and lse: dq [L, E] is written, dk [S, E] and dv [S, Ev]
- * accumulate (+=: the heads of a GQA group add into one). Single-threaded: callers run
- * heads in parallel. scratch: tpu__attn_f32_scratch floats, no alignment needed. */
+ * [0, i + 1). Forward of query rows [r0, r1) (r0 a multiple of TPU_ATTN_ROWS; a row's
+ * result does not depend on the range): out [L, Ev] (row stride ldo) and lse [L], the
+ * rows' logsumexp. Backward, from grad_out, out and lse: dq [L, E] is written, dk [S, E]
+ * and dv [S, Ev] accumulate (+=: the heads of a GQA group add into one). Single-threaded:
+ * callers run heads (and forward row ranges) in parallel. scratch: tpu__attn_f32_scratch
+ * floats, no alignment needed. */
+#define TPU_ATTN_ROWS 32 /* query rows per block: a causal block multiplies only the keys it sees */
 typedef struct tpu_attn_f32_s {
   int64_t L, S, E, Ev;
   float scale;
@@ -205,7 +210,8 @@ typedef struct tpu_attn_f32_s {
   int64_t ldq, ldk, ldv;
 } tpu_attn_f32_t;
 size_t tpu__attn_f32_scratch(int64_t L, int64_t S, int64_t E, int64_t Ev);
-void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, float* out, int64_t ldo, float* lse, float* scratch);
+void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, int64_t r0, int64_t r1, float* out, int64_t ldo, float* lse,
+                       float* scratch);
 void tpu__attn_f32_bwd(const tpu_attn_f32_t* h, const float* go, int64_t ldgo, const float* o, int64_t ldo,
                        const float* lse, float* dq, int64_t lddq, float* dk, int64_t lddk, float* dv,
                        int64_t lddv, float* scratch);

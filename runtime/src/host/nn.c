@@ -1170,6 +1170,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     hm_##SFX q, k, v, go, o, out, dq, dk, dv;                                                  \
     T* lse;                                                                                    \
     bool fast; /* f32 heads without bias: host/attn_avx512f32.c (FAST: the f32 template) */    \
+    int64_t range_rows; /* fast forward: query rows per work item */                           \
   } heads_##SFX;                                                                               \
   static tpu_attn_f32_t fast_head_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk) { \
     const sdpa_dims_t* d = X->d;                                                               \
@@ -1178,10 +1179,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
                         (const float*)hm_at_##SFX(&X->v, b, hk), X->q.ld, X->k.ld, X->v.ld};   \
     return a;                                                                                  \
   }                                                                                            \
-  /* The fast kernels run a head on one thread: only with a head per thread or more. */        \
-  static bool fast_ok_##SFX(const tpu_node_t* n, const tpu_operand_t* bias, int64_t heads) {   \
-    return FAST && !(bias && present(bias)) && n->da[0] != 0 && tpu__gemm_f32_supported() &&   \
-           heads >= tpu__num_threads();                                                        \
+  static bool fast_ok_##SFX(const tpu_node_t* n, const tpu_operand_t* bias) {                  \
+    return FAST && !(bias && present(bias)) && n->da[0] != 0 && tpu__gemm_f32_supported();     \
   }                                                                                            \
   /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
   static void scores_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk, T* sc, T* tmp) { \
@@ -1235,19 +1234,12 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
   static tpu_status_t fwd_heads_##SFX(void* arg, int64_t hb, int64_t he, int tid) {           \
     heads_##SFX* X = arg;                                                                      \
     const sdpa_dims_t* d = X->d;                                                               \
-    size_t need = X->fast ? tpu__attn_f32_scratch(d->L, d->S, d->E, d->Ev) : (size_t)(2 * d->L * d->S + 1); \
-    T* sc = tpu__malloc(sizeof(T) * need);                                                     \
+    T* sc = tpu__malloc(sizeof(T) * (size_t)(2 * d->L * d->S + 1));                            \
     if (!sc) return TPU_HOST_NOMEM();                                                          \
     T* tmp = sc + d->L * d->S;                                                                 \
     bool causal_only = X->n->ia[0] && !(X->bias && present(X->bias));                         \
     for (int64_t bh = hb; bh < he; ++bh) {                                                     \
       int64_t b = bh / d->H, h = bh % d->H, hk = h / X->grp;                                   \
-      if (X->fast) {                                                                           \
-        tpu_attn_f32_t a = fast_head_##SFX(X, b, h, hk);                                       \
-        tpu__attn_f32_fwd(&a, (float*)hm_at_##SFX(&X->out, b, h), X->out.ld, (float*)(X->lse + bh * d->L), \
-                          (float*)sc);                                                         \
-        continue;                                                                              \
-      }                                                                                        \
       if (causal_only) { causal_head_##SFX(X, b, h, hk, bh, sc); continue; }                   \
       scores_##SFX(X, b, h, hk, sc, tmp);                                                      \
       sm_ctx_##SFX C = {sc, X->lse + bh * d->L, d->S, NULL, NULL, NULL, 0, 0, 0};              \
@@ -1266,15 +1258,39 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
       return tpu__parallel_for(nheads, 1, fn, X);                                              \
     return fn(X, 0, nheads, 0);                                                                \
   }                                                                                            \
+  /* Fast forward: items are (head, range of query rows); a row's result does not depend       \
+   * on its range, so ranges are cut by the thread count, to give each thread work. */         \
+  static tpu_status_t fast_fwd_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {             \
+    heads_##SFX* X = arg;                                                                      \
+    const sdpa_dims_t* d = X->d;                                                               \
+    T* sc = tpu__malloc(sizeof(T) * tpu__attn_f32_scratch(d->L, d->S, d->E, d->Ev));           \
+    if (!sc) return TPU_HOST_NOMEM();                                                          \
+    int64_t ranges = tpu__cdiv(d->L, X->range_rows);                                           \
+    for (int64_t it = ib; it < ie; ++it) {                                                     \
+      int64_t bh = it / ranges, r0 = it % ranges * X->range_rows;                              \
+      int64_t b = bh / d->H, h = bh % d->H, r1 = r0 + X->range_rows < d->L ? r0 + X->range_rows : d->L; \
+      tpu_attn_f32_t a = fast_head_##SFX(X, b, h, h / X->grp);                                 \
+      tpu__attn_f32_fwd(&a, r0, r1, (float*)hm_at_##SFX(&X->out, b, h), X->out.ld,             \
+                        (float*)(X->lse + bh * d->L), (float*)sc);                             \
+    }                                                                                          \
+    tpu__free(sc);                                                                             \
+    return NULL;                                                                               \
+  }                                                                                            \
   static tpu_status_t sdpa_fwd_##SFX(tpu_node_t* n) {                                          \
     sdpa_dims_t d = sdpa_dims(n, 0);                                                           \
     heads_##SFX X = {n, &d, &n->in[3], d.H / d.Hk};                                            \
-    X.fast = fast_ok_##SFX(n, &n->in[3], d.B * d.H);                                           \
+    X.fast = fast_ok_##SFX(n, &n->in[3]);                                                      \
+    int64_t heads = d.B * d.H, blocks = tpu__cdiv(d.L, TPU_ATTN_ROWS), threads = tpu__num_threads(); \
+    int64_t per_head = heads >= 2 * threads ? 1 : tpu__cdiv(2 * threads, heads > 0 ? heads : 1); \
+    per_head = per_head < blocks ? per_head : blocks > 0 ? blocks : 1;                         \
+    X.range_rows = (blocks > 0 ? tpu__cdiv(blocks, per_head) : 1) * TPU_ATTN_ROWS;             \
     T* lse = X.lse = tpu__malloc(sizeof(T) * (size_t)(d.B * d.H * d.L + 1));                   \
     bool ok = lse && hm_open_##SFX(&n->in[0], &X.q) && hm_open_##SFX(&n->in[1], &X.k) &&       \
               hm_open_##SFX(&n->in[2], &X.v) && hm_out_##SFX(&n->out[0], &X.out, false);       \
-    tpu_status_t st = ok ? run_heads_##SFX(fwd_heads_##SFX, &X, d.B * d.H, d.L * d.S * (d.E + d.Ev)) \
-                         : TPU_HOST_NOMEM();                                                   \
+    tpu_status_t st = !ok ? TPU_HOST_NOMEM()                                                   \
+                      : X.fast ? run_heads_##SFX(fast_fwd_##SFX, &X, heads * tpu__cdiv(d.L, X.range_rows), \
+                                                 X.range_rows * d.S * (d.E + d.Ev))            \
+                      : run_heads_##SFX(fwd_heads_##SFX, &X, heads, d.L * d.S * (d.E + d.Ev)); \
     if (!st) tpu__unpack(&n->out[1], lse, CDT);                                                \
     hm_close_##SFX(&n->out[0], &X.out, !st);                                                   \
     hm_close_##SFX(NULL, &X.q, false);                                                         \
@@ -1375,7 +1391,8 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
       for (int i = 3; i >= 0; --i) { bstr[i] = bshape[i] == 1 ? 0 : bnum; bnum *= bshape[i]; } \
     }                                                                                          \
     heads_##SFX X = {n, &d, bias, d.H / d.Hk};                                                 \
-    X.fast = !gbias && fast_ok_##SFX(n, bias, d.B * d.Hk);                                     \
+    /* one KV head per thread at a time: with fewer than 4 the generic path splits more */     \
+    X.fast = !gbias && fast_ok_##SFX(n, bias) && d.B * d.Hk >= 4;                              \
     /* absent gradients get scratch of their full shape, as the inputs' shapes give */        \
     tpu_operand_t grads[3];                                                                    \
     const tpu_operand_t* like[3] = {&n->in[1], &n->in[2], &n->in[3]};                          \
