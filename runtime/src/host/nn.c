@@ -1031,6 +1031,17 @@ static tpu_operand_t bias_slice(const tpu_operand_t* bias, const sdpa_dims_t* d,
 
 static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
 
+/* host/attn_avx512f32.c for f32 heads without bias, unless TORCHTPU_ATTN_KERNEL=0 keeps
+ * every head on the generic path (read once; for side-by-side runs, bench/attention.py). */
+static bool attn_kernel_enabled(void) {
+  static int enabled = -1;
+  if (enabled < 0) {
+    const char* e = getenv("TORCHTPU_ATTN_KERNEL");
+    enabled = !(e && *e == '0') && tpu__gemm_f32_supported();
+  }
+  return enabled;
+}
+
 /* One template per compute dtype: T is the element type, CDT its dtype, EXP/LOG the
  * libm functions of T's precision (EXP vectorizes for float).
  *
@@ -1180,7 +1191,7 @@ static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
     return a;                                                                                  \
   }                                                                                            \
   static bool fast_ok_##SFX(const tpu_node_t* n, const tpu_operand_t* bias) {                  \
-    return FAST && !(bias && present(bias)) && n->da[0] != 0 && tpu__gemm_f32_supported();     \
+    return FAST && !(bias && present(bias)) && n->da[0] != 0 && attn_kernel_enabled();         \
   }                                                                                            \
   /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
   static void scores_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk, T* sc, T* tmp) { \

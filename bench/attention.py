@@ -1,0 +1,96 @@
+"""Fused attention (F.scaled_dot_product_attention), tpu strict with the AVX-512 head kernel
+(host/attn_avx512f32.c) vs the generic path (TORCHTPU_ATTN_KERNEL=0) vs PyTorch's CPU
+eager, float32. The kernel choice is read once per process, so each variant runs in its
+own worker process; the workers alternate for --rounds rounds and each case reports its
+best time over all of them. Prints microseconds per call: forward (no grad) and forward
+plus backward (autograd.grad of q, k, v).
+
+    python bench/attention.py [--rounds 2] [--calls 20]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import torchtpu
+from _timing import sync, threads_for
+
+# (batch, heads, positions, head dim, causal, what)
+CASES = [(8, 4, 64, 32, True, "bench/modes.py GPT step"),
+         (4, 8, 128, 64, True, "bench/modes.py attention inference"),
+         (8, 12, 128, 64, False, "BERT-base-like, no mask"),
+         (1, 2, 1024, 64, False, "two long heads")]
+
+
+def best_us(fn, dev, calls, reps=5):
+    threads_for(dev)
+    fn()
+    sync(dev)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync(dev)
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best * 1e6
+
+
+def worker(calls, with_cpu):
+    torchtpu.set_eager_mode("strict")
+    for B, H, T, E, causal, _ in CASES:
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(B, H, T, E) for _ in range(3))
+        g = torch.randn(B, H, T, E)
+        out = {}
+        for dev in ("tpu", "cpu") if with_cpu else ("tpu",):
+            Q, K, V = (t.to(dev).requires_grad_() for t in (q, k, v))
+            G = g.to(dev)
+
+            def fwd():
+                with torch.no_grad():
+                    return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+
+            def fwd_bwd():
+                o = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+                return torch.autograd.grad(o, (Q, K, V), G)
+            out[dev] = (best_us(fwd, dev, calls), best_us(fwd_bwd, dev, max(1, calls // 2)))
+        print("BENCH_JSON " + json.dumps(out), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--calls", type=int, default=20)
+    ap.add_argument("--worker", choices=["kernel", "generic"])
+    a = ap.parse_args()
+    if a.worker:
+        worker(a.calls, with_cpu=a.worker == "kernel")
+        return
+    best = {}  # (case, variant) -> [fwd, fwd+bwd]
+    for _ in range(a.rounds):
+        for variant in ("kernel", "generic"):
+            env = dict(os.environ, TORCHTPU_ATTN_KERNEL="1" if variant == "kernel" else "0")
+            res = subprocess.run([sys.executable, __file__, "--worker", variant, "--calls", str(a.calls)], env=env,
+                                 check=True, capture_output=True, text=True).stdout
+            rows = [json.loads(l[len("BENCH_JSON "):]) for l in res.splitlines() if l.startswith("BENCH_JSON ")]
+            for c, row in enumerate(rows):
+                for dev, t in row.items():
+                    key = (c, variant if dev == "tpu" else "cpu")
+                    best[key] = [min(x, y) for x, y in zip(best.get(key, t), t)]
+    print("| case | pass | tpu kernel us | tpu generic us | CPU eager us | kernel vs generic | kernel vs CPU |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for c, (B, H, T, E, causal, what) in enumerate(CASES):
+        for p, part in enumerate(("forward", "forward+backward")):
+            kn, gn, cp = best[(c, "kernel")][p], best[(c, "generic")][p], best[(c, "cpu")][p]
+            print(f"| {B}x{H}x{T}x{E}{' causal' if causal else ''} ({what}) | {part} | {kn:.0f} | {gn:.0f} | "
+                  f"{cp:.0f} | {gn / kn:.2f}x | {cp / kn:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
