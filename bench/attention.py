@@ -20,11 +20,12 @@ import torch.nn.functional as F
 import torchtpu
 from _timing import sync, threads_for
 
-# (batch, heads, positions, head dim, causal, what)
-CASES = [(8, 4, 64, 32, True, "bench/modes.py GPT step"),
-         (4, 8, 128, 64, True, "bench/modes.py attention inference"),
-         (8, 12, 128, 64, False, "BERT-base-like, no mask"),
-         (1, 2, 1024, 64, False, "two long heads")]
+# (batch, heads, positions, head dim, causal, padding mask, what)
+CASES = [(8, 4, 64, 32, True, False, "bench/modes.py GPT step"),
+         (4, 8, 128, 64, True, False, "bench/modes.py attention inference"),
+         (8, 12, 128, 64, False, False, "BERT-base-like"),
+         (8, 12, 128, 64, False, True, "BERT-base-like, padding mask"),
+         (1, 2, 1024, 64, False, False, "two long heads")]
 
 
 def best_us(fn, dev, calls, reps=5):
@@ -43,21 +44,22 @@ def best_us(fn, dev, calls, reps=5):
 
 def worker(calls, with_cpu):
     torchtpu.set_eager_mode("strict")
-    for B, H, T, E, causal, _ in CASES:
+    for B, H, T, E, causal, padded, _ in CASES:
         torch.manual_seed(0)
         q, k, v = (torch.randn(B, H, T, E) for _ in range(3))
         g = torch.randn(B, H, T, E)
+        mask = torch.arange(T).expand(B, 1, 1, T) < torch.randint(T // 2, T + 1, (B, 1, 1, 1)) if padded else None
         out = {}
         for dev in ("tpu", "cpu") if with_cpu else ("tpu",):
             Q, K, V = (t.to(dev).requires_grad_() for t in (q, k, v))
-            G = g.to(dev)
+            G, M = g.to(dev), None if mask is None else mask.to(dev)
 
             def fwd():
                 with torch.no_grad():
-                    return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+                    return F.scaled_dot_product_attention(Q, K, V, M, is_causal=causal)
 
             def fwd_bwd():
-                o = F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+                o = F.scaled_dot_product_attention(Q, K, V, M, is_causal=causal)
                 return torch.autograd.grad(o, (Q, K, V), G)
             out[dev] = (best_us(fwd, dev, calls), best_us(fwd_bwd, dev, max(1, calls // 2)))
         print("BENCH_JSON " + json.dumps(out), flush=True)
@@ -85,7 +87,7 @@ def main():
                     best[key] = [min(x, y) for x, y in zip(best.get(key, t), t)]
     print("| case | pass | tpu kernel us | tpu generic us | CPU eager us | kernel vs generic | kernel vs CPU |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for c, (B, H, T, E, causal, what) in enumerate(CASES):
+    for c, (B, H, T, E, causal, _, what) in enumerate(CASES):
         for p, part in enumerate(("forward", "forward+backward")):
             kn, gn, cp = best[(c, "kernel")][p], best[(c, "generic")][p], best[(c, "cpu")][p]
             print(f"| {B}x{H}x{T}x{E}{' causal' if causal else ''} ({what}) | {part} | {kn:.0f} | {gn:.0f} | "

@@ -506,22 +506,38 @@ def test_fused_attention_causal_row_blocks(dtype, L, S):
         close(a, e, scale=4)
 
 
+@pytest.mark.parametrize("mask", [None, "padding", "float"])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("L,S,E,Ev", [(64, 64, 32, 32), (37, 100, 80, 100), (130, 130, 128, 17), (3, 9, 1, 65)])
-def test_fused_attention_f32_heads(causal, L, S, E, Ev):
-    """f32 heads without bias run whole on one thread (host/attn_avx512f32.c where the CPU
-    has AVX-512): score strips of 64 keys and a narrower last one, head dims past one
-    64-wide strip and not multiples of 16, a partial last block of 32 query rows; q, k
-    and v as the transposed views a fused qkv projection gives; forward and all three
-    gradients against float64."""
+def test_fused_attention_f32_heads(causal, mask, L, S, E, Ev):
+    """f32 heads run whole on one thread (host/attn_avx512f32.c where the CPU has AVX-512):
+    score strips of 64 keys and a narrower last one, head dims past one 64-wide strip and
+    not multiples of 16, a partial last block of 32 query rows; q, k and v as the
+    transposed views a fused qkv projection gives; a bool padding mask broadcast over heads
+    and rows (the second sequence's last keys dropped) or a float bias broadcast over the
+    batch, transposed in memory; forward and the gradients of q,
+    k and v against float64."""
     torch.manual_seed(10)
     B, H = 2, 3
     qkv = [torch.randn(B, n, H, d).transpose(1, 2) for n, d in ((L, E), (S, E), (S, Ev))]
-    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    oc, gc = grads(fn, tuple(t.double().requires_grad_() for t in qkv))
+    bias = None
+    if mask == "padding":
+        bias = torch.ones(B, 1, 1, S, dtype=torch.bool)
+        bias[1, ..., S // 3:] = False
+        bias[1, ..., 0] = bool(causal)  # causal: row 0 sees key 0 only; else a hole
+    elif mask == "float":
+        bias = torch.randn(1, H, S, L).transpose(-1, -2)  # keys not adjacent in memory
+    # ATen's reference rejects a mask with is_causal: the causal part joins the mask
+    ref_bias = bias
+    if causal and bias is not None:
+        tri = torch.ones(L, S, dtype=torch.bool).tril()
+        ref_bias = bias & tri if bias.dtype == torch.bool else bias.masked_fill(~tri, float("-inf"))
+    fn = lambda bias_, causal_: lambda q, k, v: F.scaled_dot_product_attention(q, k, v, bias_, is_causal=causal_)
+    ref = ref_bias if ref_bias is None or ref_bias.dtype == torch.bool else ref_bias.double()
+    oc, gc = grads(fn(ref, causal and bias is None), tuple(t.double().requires_grad_() for t in qkv))
     with native("_scaled_dot_product_fused_attention_overrideable",
                 "_scaled_dot_product_fused_attention_overrideable_backward"):
-        ot, gt = grads(fn, tuple(tpu(t).requires_grad_() for t in qkv))
+        ot, gt = grads(fn(tpu(ref_bias), causal and bias is None), tuple(tpu(t).requires_grad_() for t in qkv))
     close(ot, oc.detach().float(), scale=2)
     for a, e in zip(gt, gc):
         close(a, e.float(), scale=4)

@@ -10,13 +10,13 @@
  * Q, dO) are read in place. A tile is MRC rows by NVC 16-float vectors of C (24
  * accumulators or fewer), its shape chosen by the product's width.
  *
- * Numerics are the generic path's: scores = scale * (q . k) summed in dim order, causal
- * cells set to -inf, softmax as exp(x - max) scaled by 1 / sum, logsumexp = max +
+ * Numerics are the generic path's: scores = scale * (q . k) summed in dim order, plus the
+ * bias (a bool bias: -inf where false), causal cells set to -inf, softmax as exp(x - max) scaled by 1 / sum, logsumexp = max +
  * log(sum); every sum over keys or rows runs in order, so results do not depend on the
  * thread count. exp is host/vmath.h's polynomial (the same operations, 16 lanes wide).
  *
  * Every function here is compiled for AVX-512 (AVX512_TARGET); host/nn.c calls in only
- * when tpu__gemm_f32_supported(). */
+ * when tpu__gemm_f32_supported() (its cpuid check). */
 #include <math.h>
 #include <string.h>
 
@@ -127,8 +127,42 @@ AVX512_TARGET static inline __m512 vexp(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000001e+00f));
   __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
   __m512 p1 = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(n1, 23)));
-  __m512 y = _mm512_mul_ps(p1, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23)));
+  __m512i p2 = _mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23);
+  __m512 y = _mm512_mul_ps(p1, _mm512_castsi512_ps(p2));
   return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x); /* NaN through */
+}
+
+/* The bias of rows [i0, i0 + m) added to a block's scores (c keys, row stride cs). */
+AVX512_TARGET static void add_bias(const tpu_attn_f32_t* h, float* sc, int64_t cs, int64_t m, int64_t c, int64_t i0) {
+  __m512 ninf = _mm512_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = sc + i * cs;
+    int64_t sr = h->bias_sr, sb = h->bias_sc;
+    if (h->bias_dtype == TPU_DTYPE_F32) {
+      const float* b = (const float*)h->bias + (i0 + i) * sr;
+      if (sb != 1) {
+        for (int64_t j = 0; j < c; ++j) row[j] += b[j * sb];
+        continue;
+      }
+      for (int64_t j = 0; j < c; j += 16) {
+        __mmask16 k = tpu__avx512_lanes((int)(c - j));
+        __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, row + j), _mm512_maskz_loadu_ps(k, b + j));
+        _mm512_mask_storeu_ps(row + j, k, x);
+      }
+    } else {
+      const uint8_t* b = (const uint8_t*)h->bias + (i0 + i) * sr;
+      if (sb != 1) {
+        for (int64_t j = 0; j < c; ++j) row[j] = b[j * sb] ? row[j] : -INFINITY;
+        continue;
+      }
+      for (int64_t j = 0; j < c; j += 16) {
+        __mmask16 k = tpu__avx512_lanes((int)(c - j));
+        __m128i bv = _mm_maskz_loadu_epi8(k, b + j);
+        __mmask16 drop = k & ~_mm_test_epi8_mask(bv, bv);
+        _mm512_mask_storeu_ps(row + j, drop, ninf);
+      }
+    }
+  }
 }
 
 /* Row i of a block's scores (c keys, row stride cs): causal cells after key i0 + i to -inf. */
@@ -186,6 +220,7 @@ AVX512_TARGET void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, int64_t r0, int64_
       continue;
     }
     mm(m, c, h->E, h->q + i0 * h->ldq, h->ldq, 1, kt, ls, sc, ls, h->scale, false);
+    if (h->bias) add_bias(h, sc, ls, m, c, i0);
     if (h->causal) mask_causal(sc, ls, m, c, i0);
     softmax_rows(sc, ls, m, c, lse + i0);
     mm(m, h->Ev, c, sc, ls, 1, h->v, h->ldv, out + i0 * ldo, ldo, 1.0f, false);
@@ -209,6 +244,7 @@ AVX512_TARGET void tpu__attn_f32_bwd(const tpu_attn_f32_t* h, const float* go, i
     }
     /* P = exp(scale q k - lse), rebuilt from the saved logsumexp */
     mm(m, c, E, qb, h->ldq, 1, kt, ls, p, ls, h->scale, false);
+    if (h->bias) add_bias(h, p, ls, m, c, i0);
     if (h->causal) mask_causal(p, ls, m, c, i0);
     for (int64_t i = 0; i < m; ++i) {
       float* row = p + i * ls;

@@ -192,12 +192,12 @@ tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const f
                            int64_t sak, const float* b, int64_t sbk, int64_t sbn, float beta, float* c,
                            int64_t ldc);
 
-/* One f32 attention head without bias (host/attn_avx512f32.c), for host/nn.c's fused
- * attention when tpu__gemm_f32_supported(): q [L, E], k [S, E], v [S, Ev], each row-major
- * with a row stride (ld*) and unit stride along its last dim; causal: row i sees keys
- * [0, i + 1). Forward of query rows [r0, r1) (r0 a multiple of TPU_ATTN_ROWS; a row's
- * result does not depend on the range): out [L, Ev] (row stride ldo) and lse [L], the
- * rows' logsumexp. Backward, from grad_out, out and lse: dq [L, E] is written, dk [S, E]
+/* One f32 attention head (host/attn_avx512f32.c), for host/nn.c's fused attention when
+ * the CPU has AVX-512: q [L, E], k [S, E], v [S, Ev], each row-major with a row stride
+ * (ld*) and unit stride along its last dim; causal: row i sees keys [0, i + 1), applied
+ * after the bias (if any). Forward of query rows [r0, r1) (r0 a multiple of
+ * TPU_ATTN_ROWS; a row's result does not depend on the range): out [L, Ev] (row stride
+ * ldo) and lse [L], the rows' logsumexp. Backward, from grad_out, out and lse: dq [L, E] is written, dk [S, E]
  * and dv [S, Ev] accumulate (+=: the heads of a GQA group add into one). Single-threaded:
  * callers run heads (and forward row ranges) in parallel. scratch: tpu__attn_f32_scratch
  * floats, no alignment needed. */
@@ -208,6 +208,12 @@ typedef struct tpu_attn_f32_s {
   bool causal;
   const float *q, *k, *v;
   int64_t ldq, ldk, ldv;
+  /* Optional bias of the scores, element (i, j) at bias[i * bias_sr + j * bias_sc]
+   * (broadcast strides 0): float added (TPU_DTYPE_F32), or bool keeping the scores it
+   * marks true, the rest -inf (TPU_DTYPE_BOOL); NULL: none. */
+  const void* bias;
+  tpu_dtype_t bias_dtype;
+  int64_t bias_sr, bias_sc;
 } tpu_attn_f32_t;
 size_t tpu__attn_f32_scratch(int64_t L, int64_t S, int64_t E, int64_t Ev);
 void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, int64_t r0, int64_t r1, float* out, int64_t ldo, float* lse,

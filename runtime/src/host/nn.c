@@ -1031,8 +1031,9 @@ static tpu_operand_t bias_slice(const tpu_operand_t* bias, const sdpa_dims_t* d,
 
 static int ld(int64_t x) { return x > 0 ? (int)x : 1; }
 
-/* host/attn_avx512f32.c for f32 heads without bias, unless TORCHTPU_ATTN_KERNEL=0 keeps
- * every head on the generic path (read once; for side-by-side runs, bench/attention.py). */
+/* host/attn_avx512f32.c for f32 heads (bias f32, bool or none), unless
+ * TORCHTPU_ATTN_KERNEL=0 keeps every head on the generic path (read once; for
+ * side-by-side runs, bench/attention.py). */
 static bool attn_kernel_enabled(void) {
   static int enabled = -1;
   if (enabled < 0) {
@@ -1180,7 +1181,7 @@ static bool attn_kernel_enabled(void) {
     tpu_node_t* n; const sdpa_dims_t* d; const tpu_operand_t* bias; int64_t grp;               \
     hm_##SFX q, k, v, go, o, out, dq, dk, dv;                                                  \
     T* lse;                                                                                    \
-    bool fast; /* f32 heads without bias: host/attn_avx512f32.c (FAST: the f32 template) */    \
+    bool fast; /* host/attn_avx512f32.c's heads (FAST: the f32 template) */                   \
     int64_t range_rows; /* fast forward: query rows per work item */                           \
   } heads_##SFX;                                                                               \
   static tpu_attn_f32_t fast_head_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk) { \
@@ -1188,10 +1189,19 @@ static bool attn_kernel_enabled(void) {
     tpu_attn_f32_t a = {d->L, d->S, d->E, d->Ev, (float)X->n->da[0], X->n->ia[0] != 0,         \
                         (const float*)hm_at_##SFX(&X->q, b, h), (const float*)hm_at_##SFX(&X->k, b, hk), \
                         (const float*)hm_at_##SFX(&X->v, b, hk), X->q.ld, X->k.ld, X->v.ld};   \
+    if (X->bias && present(X->bias)) { /* read in place: fast_ok took f32 and bool only */     \
+      tpu_operand_t sl = bias_slice(X->bias, d, b, h);                                         \
+      a.bias = tpu__operand_ptr(&sl);                                                          \
+      a.bias_dtype = sl.dtype;                                                                 \
+      a.bias_sr = sl.strides[0];                                                               \
+      a.bias_sc = sl.strides[1];                                                               \
+    }                                                                                          \
     return a;                                                                                  \
   }                                                                                            \
   static bool fast_ok_##SFX(const tpu_node_t* n, const tpu_operand_t* bias) {                  \
-    return FAST && !(bias && present(bias)) && n->da[0] != 0 && attn_kernel_enabled();         \
+    bool bias_ok = !(bias && present(bias)) ||                                                 \
+                   (!bias->is_scalar && (bias->dtype == TPU_DTYPE_F32 || bias->dtype == TPU_DTYPE_BOOL)); \
+    return FAST && bias_ok && n->da[0] != 0 && attn_kernel_enabled();                          \
   }                                                                                            \
   /* scores = scale * q k^T + bias, causal cells and false mask cells set to -inf */           \
   static void scores_##SFX(const heads_##SFX* X, int64_t b, int64_t h, int64_t hk, T* sc, T* tmp) { \
