@@ -27,8 +27,7 @@
 
 static int64_t pad16(int64_t x) { return (x + 15) / 16 * 16; }
 
-size_t tpu__attn_f32_scratch(int64_t L, int64_t S, int64_t E, int64_t Ev) {
-  (void)L;
+size_t tpu__attn_f32_scratch(int64_t S, int64_t E, int64_t Ev) {
   return (size_t)((E + Ev + 2 * QB) * pad16(S) + 16);
 }
 

@@ -197,10 +197,10 @@ tpu_status_t tpu__gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const f
  * (ld*) and unit stride along its last dim; causal: row i sees keys [0, i + 1), applied
  * after the bias (if any). Forward of query rows [r0, r1) (r0 a multiple of
  * TPU_ATTN_ROWS; a row's result does not depend on the range): out [L, Ev] (row stride
- * ldo) and lse [L], the rows' logsumexp. Backward, from grad_out, out and lse: dq [L, E] is written, dk [S, E]
- * and dv [S, Ev] accumulate (+=: the heads of a GQA group add into one). Single-threaded:
- * callers run heads (and forward row ranges) in parallel. scratch: tpu__attn_f32_scratch
- * floats, no alignment needed. */
+ * ldo) and lse [L], the rows' logsumexp. Backward, from grad_out, out and lse: dq [L, E]
+ * is written, dk [S, E] and dv [S, Ev] accumulate (+=: the heads of a GQA group add into
+ * one). Single-threaded: callers run heads (and forward row ranges) in parallel.
+ * scratch: tpu__attn_f32_scratch floats, no alignment needed. */
 #define TPU_ATTN_ROWS 32 /* query rows per block: a causal block multiplies only the keys it sees */
 typedef struct tpu_attn_f32_s {
   int64_t L, S, E, Ev;
@@ -215,7 +215,7 @@ typedef struct tpu_attn_f32_s {
   tpu_dtype_t bias_dtype;
   int64_t bias_sr, bias_sc;
 } tpu_attn_f32_t;
-size_t tpu__attn_f32_scratch(int64_t L, int64_t S, int64_t E, int64_t Ev);
+size_t tpu__attn_f32_scratch(int64_t S, int64_t E, int64_t Ev);
 void tpu__attn_f32_fwd(const tpu_attn_f32_t* h, int64_t r0, int64_t r1, float* out, int64_t ldo, float* lse,
                        float* scratch);
 void tpu__attn_f32_bwd(const tpu_attn_f32_t* h, const float* go, int64_t ldgo, const float* o, int64_t ldo,

@@ -1284,7 +1284,7 @@ static bool attn_kernel_enabled(void) {
   static tpu_status_t fast_fwd_##SFX(void* arg, int64_t ib, int64_t ie, int tid) {             \
     heads_##SFX* X = arg;                                                                      \
     const sdpa_dims_t* d = X->d;                                                               \
-    T* sc = tpu__malloc(sizeof(T) * tpu__attn_f32_scratch(d->L, d->S, d->E, d->Ev));           \
+    T* sc = tpu__malloc(sizeof(T) * tpu__attn_f32_scratch(d->S, d->E, d->Ev));                 \
     if (!sc) return TPU_HOST_NOMEM();                                                          \
     int64_t ranges = tpu__cdiv(d->L, X->range_rows);                                           \
     for (int64_t it = ib; it < ie; ++it) {                                                     \
@@ -1380,7 +1380,7 @@ static bool attn_kernel_enabled(void) {
   static tpu_status_t bwd_kv_heads_##SFX(void* arg, int64_t kb, int64_t ke, int tid) {        \
     heads_##SFX* X = arg;                                                                      \
     const sdpa_dims_t* d = X->d;                                                               \
-    size_t need = X->fast ? tpu__attn_f32_scratch(d->L, d->S, d->E, d->Ev) : (size_t)(3 * d->L * d->S + 1); \
+    size_t need = X->fast ? tpu__attn_f32_scratch(d->S, d->E, d->Ev) : (size_t)(3 * d->L * d->S + 1); \
     T* p = tpu__malloc(sizeof(T) * need);                                                      \
     if (!p) return TPU_HOST_NOMEM();                                                           \
     for (int64_t kv = kb; kv < ke; ++kv) {                                                     \
