@@ -515,8 +515,8 @@ def test_fused_attention_f32_heads(causal, mask, L, S, E, Ev):
     not multiples of 16, a partial last block of 32 query rows; q, k and v as the
     transposed views a fused qkv projection gives; a bool padding mask broadcast over heads
     and rows (the second sequence's last keys dropped) or a float bias broadcast over the
-    batch, transposed in memory; forward and the gradients of q,
-    k and v against float64."""
+    batch, transposed in memory; forward and the gradients of q, k and v against
+    float64."""
     torch.manual_seed(10)
     B, H = 2, 3
     qkv = [torch.randn(B, n, H, d).transpose(1, 2) for n, d in ((L, E), (S, E), (S, Ev))]
