@@ -32,6 +32,22 @@ def bench(fn, device, warmup=1, reps=5, min_time=0.0):
     return best
 
 
+def best_per_call(fn, device, reps=5, calls=5):
+    """Best over reps runs of the mean wall time (seconds) of `calls` back-to-back calls of
+    fn, each run synchronized at its end; one warm-up call first."""
+    threads_for(device)
+    fn()
+    sync(device)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync(device)
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
 def threads_for(device):
     """PyTorch's CPU intra-op threads for a run on device: threads() for CPU eager; beside
     the tpu host driver, what torchtpu sets at the first tpu allocation (1 unless

@@ -12,13 +12,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
 import torchtpu
-from _timing import sync, threads_for
+from _timing import best_per_call
 
 # (batch, heads, positions, head dim, causal, padding mask, what)
 CASES = [(8, 4, 64, 32, True, False, "bench/modes.py GPT step"),
@@ -26,20 +25,6 @@ CASES = [(8, 4, 64, 32, True, False, "bench/modes.py GPT step"),
          (8, 12, 128, 64, False, False, "BERT-base-like"),
          (8, 12, 128, 64, False, True, "BERT-base-like, padding mask"),
          (1, 2, 1024, 64, False, False, "two long heads")]
-
-
-def best_us(fn, dev, calls, reps=5):
-    threads_for(dev)
-    fn()
-    sync(dev)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync(dev)
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best * 1e6
 
 
 def worker(calls, with_cpu):
@@ -61,7 +46,8 @@ def worker(calls, with_cpu):
             def fwd_bwd():
                 o = F.scaled_dot_product_attention(Q, K, V, M, is_causal=causal)
                 return torch.autograd.grad(o, (Q, K, V), G)
-            out[dev] = (best_us(fwd, dev, calls), best_us(fwd_bwd, dev, max(1, calls // 2)))
+            out[dev] = (best_per_call(fwd, dev, calls=calls) * 1e6,
+                        best_per_call(fwd_bwd, dev, calls=max(1, calls // 2)) * 1e6)
         print("BENCH_JSON " + json.dumps(out), flush=True)
 
 

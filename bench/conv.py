@@ -7,13 +7,12 @@ of --reps x --calls) for each device and the ratio; devices alternate within eac
     python bench/conv.py [--only resnet|cnn|pool] [--reps 5] [--calls 5]
 """
 import argparse
-import time
 
 import torch
 import torch.nn.functional as F
 
 import torchtpu
-from _timing import sync, threads_for
+from _timing import best_per_call
 
 A = torch.ops.aten
 
@@ -24,20 +23,6 @@ RESNET = [((8, 3, 224, 224), (64, 3, 7, 7), 2, 3), ((8, 64, 56, 56), (64, 64, 3,
           ((8, 512, 7, 7), (512, 512, 3, 3), 1, 1)]
 CNN = [((64, 3, 16, 16), (16, 3, 3, 3), 1, 1), ((64, 16, 8, 8), (32, 16, 3, 3), 1, 1)]
 POOL = [(64, 32, 8, 8), (32, 64, 56, 56)]
-
-
-def best_ms(fn, dev, reps, calls):
-    threads_for(dev)
-    fn()
-    sync(dev)
-    best = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync(dev)
-        best = min(best, (time.perf_counter() - t0) / calls)
-    return best * 1e3
 
 
 def conv_case(xs, ws, s, p):
@@ -79,7 +64,7 @@ def main():
     for name, make in cases:
         fns = {dev: make(dev) for dev in ("tpu", "cpu")}
         for part in ("forward", "backward"):
-            t = {dev: best_ms(fns[dev][part], dev, a.reps, a.calls) for dev in ("tpu", "cpu")}
+            t = {dev: best_per_call(fns[dev][part], dev, a.reps, a.calls) * 1e3 for dev in ("tpu", "cpu")}
             print(f"| {name} | {part} | {t['tpu']:.3f} | {t['cpu']:.3f} | {t['cpu'] / t['tpu']:.2f}x |", flush=True)
 
 
