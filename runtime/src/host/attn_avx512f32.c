@@ -11,9 +11,9 @@
  * accumulators or fewer), its shape chosen by the product's width.
  *
  * Numerics are the generic path's: scores = scale * (q . k) summed in dim order, plus the
- * bias (a bool bias: -inf where false), causal cells set to -inf, softmax as exp(x - max) scaled by 1 / sum, logsumexp = max +
- * log(sum); every sum over keys or rows runs in order, so results do not depend on the
- * thread count. exp is host/vmath.h's polynomial (the same operations, 16 lanes wide).
+ * bias (a bool bias: -inf where false), causal cells set to -inf, softmax as exp(x - max)
+ * (host/vmath.h's exp) scaled by 1 / sum, logsumexp = max + log(sum); every sum over keys
+ * or rows runs in order, so results do not depend on the thread count.
  *
  * Every function here is compiled for AVX-512 (AVX512_TARGET); host/nn.c calls in only
  * when tpu__gemm_f32_supported() (its cpuid check). */
@@ -22,6 +22,7 @@
 
 #include "host/avx512.h"
 #include "host/host.h"
+#include "host/vmath.h"
 
 #define QB TPU_ATTN_ROWS
 
@@ -108,27 +109,11 @@ AVX512_TARGET static void pack_t(float* dst, int64_t ld, const float* src, int64
     }
 }
 
-/* host/vmath.h's tpu__vexpf, 16 lanes: the same operations in the same order. */
-AVX512_TARGET static inline __m512 vexp(__m512 x) {
-  __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-120.0f)), _mm512_set1_ps(100.0f));
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  __m512 nm = _mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504f), magic);
-  __m512 n = _mm512_sub_ps(nm, magic);
-  __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(nm), _mm512_set1_epi32(0x4B400000));
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.383684193e-03f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.374815782e-03f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.166822564e-02f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.666642017e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.999999208e-01f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000036e+00f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.000000001e+00f));
-  __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
-  __m512 p1 = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_slli_epi32(n1, 23)));
-  __m512i p2 = _mm512_slli_epi32(_mm512_add_epi32(n2, _mm512_set1_epi32(127)), 23);
-  __m512 y = _mm512_mul_ps(p1, _mm512_castsi512_ps(p2));
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x); /* NaN through */
+/* row[j] = e^(row[j] - shift) for j < c: host/vmath.h's exp in a loop the compiler
+ * vectorizes (FMA enabled for its fused steps, as in vmath.h's AVX-512 clones). */
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) static void exp_shifted(float* row, int64_t c,
+                                                                                         float shift) {
+  for (int64_t j = 0; j < c; ++j) row[j] = tpu__vexpf(row[j] - shift);
 }
 
 /* The bias of rows [i0, i0 + m) added to a block's scores (c keys, row stride cs). */
@@ -184,14 +169,10 @@ AVX512_TARGET static void softmax_rows(float* sc, int64_t cs, int64_t m, int64_t
       lse[i] = -INFINITY;
       continue;
     }
-    __m512 vm = _mm512_set1_ps(m1), sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < c; j += 16) {
-      __mmask16 k = tpu__avx512_lanes((int)(c - j));
-      __m512 e = vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vm));
-      e = _mm512_maskz_mov_ps(k, e);
-      sum = _mm512_add_ps(sum, e);
-      _mm512_mask_storeu_ps(row + j, k, e);
-    }
+    exp_shifted(row, c, m1);
+    __m512 sum = _mm512_setzero_ps(); /* 16 lane sums in key order, then a fixed tree */
+    for (int64_t j = 0; j < c; j += 16)
+      sum = _mm512_add_ps(sum, _mm512_maskz_loadu_ps(tpu__avx512_lanes((int)(c - j)), row + j));
     float s = _mm512_reduce_add_ps(sum);
     __m512 inv = _mm512_set1_ps(1.0f / s);
     for (int64_t j = 0; j < c; j += 16) {
@@ -248,12 +229,8 @@ AVX512_TARGET void tpu__attn_f32_bwd(const tpu_attn_f32_t* h, const float* go, i
     for (int64_t i = 0; i < m; ++i) {
       float* row = p + i * ls;
       float l = lse[i0 + i];
-      if (l == -INFINITY) { memset(row, 0, sizeof(float) * (size_t)c); continue; }
-      __m512 vl = _mm512_set1_ps(l);
-      for (int64_t j = 0; j < c; j += 16) {
-        __mmask16 k = tpu__avx512_lanes((int)(c - j));
-        _mm512_mask_storeu_ps(row + j, k, vexp(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, row + j), vl)));
-      }
+      if (l == -INFINITY) memset(row, 0, sizeof(float) * (size_t)c);
+      else exp_shifted(row, c, l);
     }
     mm(c, Ev, m, p, 1, ls, gb, ldgo, dv, lddv, 1.0f, true);   /* dV += P^T dO */
     mm(m, c, Ev, gb, ldgo, 1, vt, ls, dp, ls, 1.0f, false);    /* dP = dO V^T */

@@ -1385,16 +1385,18 @@ static bool attn_kernel_enabled(void) {
     if (!p) return TPU_HOST_NOMEM();                                                           \
     for (int64_t kv = kb; kv < ke; ++kv) {                                                     \
       int64_t b = kv / d->Hk, hk = kv % d->Hk;                                                 \
-      for (int64_t g = 0; g < X->grp && X->fast; ++g) {                                        \
+      for (int64_t g = 0; g < X->grp; ++g) {                                                   \
         int64_t h = hk * X->grp + g, bh = b * d->H + h;                                        \
+        if (!X->fast) {                                                                        \
+          bwd_head_##SFX(X, bh, p, p + d->L * d->S, p + 2 * d->L * d->S, NULL, NULL);          \
+          continue;                                                                            \
+        }                                                                                      \
         tpu_attn_f32_t a = fast_head_##SFX(X, b, h, hk);                                       \
         tpu__attn_f32_bwd(&a, (const float*)hm_at_##SFX(&X->go, b, h), X->go.ld,               \
                           (const float*)hm_at_##SFX(&X->o, b, h), X->o.ld, (const float*)(X->lse + bh * d->L), \
                           (float*)hm_at_##SFX(&X->dq, b, h), X->dq.ld, (float*)hm_at_##SFX(&X->dk, b, hk), \
                           X->dk.ld, (float*)hm_at_##SFX(&X->dv, b, hk), X->dv.ld, (float*)p);  \
       }                                                                                        \
-      for (int64_t g = 0; g < X->grp && !X->fast; ++g)                                         \
-        bwd_head_##SFX(X, b * d->H + hk * X->grp + g, p, p + d->L * d->S, p + 2 * d->L * d->S, NULL, NULL); \
     }                                                                                          \
     tpu__free(p);                                                                              \
     return NULL;                                                                               \
