@@ -1,6 +1,8 @@
 """The benchmark suite: `python -m torchtpu.bench` runs bench/*.py side by side (tpu
 host driver vs torch CPU eager, each script in a fresh process so thread counts take
-effect) and writes docs/benchmarks.md with the command, the machine, and the tables.
+effect) and writes docs/benchmarks.md with the command, the machine, the tables and
+PNG plots of them (docs/plots/, torchtpu/_bench_plots.py); `--from-json` renders the
+report again from a run's raw numbers (build/benchmarks.json) without measuring.
 
 Sections: machine limits (bench/peak.c), micro benchmarks (bench/micro.py), thread
 scaling (1 vs all threads), models (bench/models.py, plus Inductor CPU when it compiles in
@@ -15,6 +17,8 @@ import platform
 import subprocess
 import sys
 import time
+
+from torchtpu import _bench_plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "bench")
@@ -109,6 +113,12 @@ def xla_section(L, r, by):
 def write_report(path, cmd, r, started, elapsed, loads):
     m = r["machine"]
     peak = m["flops_all"]
+    plots, no_plots = _bench_plots.write_plots(r, os.path.join(os.path.dirname(os.path.abspath(path)), "plots"))
+
+    def plot(name):
+        if name in plots:
+            L.append(f"![{plots[name][1]}](plots/{plots[name][0]})\n")
+
     L = []
     L.append("# Benchmarks\n")
     L.append("Recorded results of the benchmark suite. Regenerate with:\n")
@@ -117,6 +127,8 @@ def write_report(path, cmd, r, started, elapsed, loads):
              "host driver (libtpurt on the CPU), cpu is PyTorch's CPU eager on the same cores. Ratios are "
              "tpu / cpu: above 1 means the tpu device is faster (for times: lower is better, the ratio "
              "is still speed).\n")
+    if no_plots:
+        L.append(f"No plots in this run: {no_plots}.\n")
     L.append("## Machine\n")
     L.append("| | |\n|---|---|")
     L.append(f"| CPU (lscpu) | {m['model']} |")
@@ -133,8 +145,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
     if m.get("amx_bf16_flops_all"):
         L.append(f"| peak bf16, 1 core / all (AMX tdpbf16ps loop) | "
                  f"{g(m['amx_bf16_flops_1'])} / {g(m['amx_bf16_flops_all'])} GFLOP/s |")
-    # the machine's bf16 peak: AMX's where the CPU has it, else vdpbf16ps's
-    bf16_peak = max(m.get("bf16_flops_all", 0.0), m.get("amx_bf16_flops_all", 0.0))
+    bf16_peak = _bench_plots.bf16_peak(m)
     L.append(f"| memory bandwidth copy, 1 core / all | {g(m['copy_1'])} / {g(m['copy_all'])} GB/s |")
     L.append(f"| memory bandwidth triad, 1 core / all | {g(m['triad_1'])} / {g(m['triad_all'])} GB/s |")
     L.append("")
@@ -148,7 +159,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
         L.append("| shape (M x K x N) | dtype | tpu GFLOP/s | tpu % of peak | cpu GFLOP/s | cpu % of peak | tpu / cpu |")
         L.append("|---|---|---|---|---|---|---|")
         for row in mi["gemm"]:
-            lim = bf16_peak if row["dtype"] == "bfloat16" and bf16_peak else peak
+            lim = _bench_plots.gemm_peak(m, row["dtype"])
             L.append(f"| {row['op'].replace('matmul ', '')} | {row['dtype']} | {g(row['tpu'])} | "
                      f"{100 * row['tpu'] / lim:.0f}% | {g(row['cpu'])} | {100 * row['cpu'] / lim:.0f}% | "
                      f"{ratio(row['tpu'], row['cpu'])} |")
@@ -160,6 +171,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
         else:
             L.append("\nNo AVX512-BF16 here: bf16 on tpu widens to f32 and calls sgemm (the pinned "
                      "OpenBLAS has no sbgemm); % of peak is against the f32 peak.\n")
+        plot("gemm")
         L.append("### Bandwidth-bound ops (16M f32 elements, ideal bytes: inputs read once, output written once)\n")
         L.append("| op | tpu GB/s | tpu % of copy bw | cpu GB/s | cpu % of copy bw | tpu / cpu |")
         L.append("|---|---|---|---|---|---|")
@@ -168,12 +180,14 @@ def write_report(path, cmd, r, started, elapsed, loads):
                      f"{g(row['cpu'])} | {100 * row['cpu'] / m['copy_all']:.0f}% | {ratio(row['tpu'], row['cpu'])} |")
         L.append("\nThe tpu device allocates from its caching pool; CPU eager gets fresh pages from the OS "
                  "for each 64 MiB result, so its elementwise numbers include page-fault time.\n")
+        plot("bandwidth")
         L.append("### Per-op dispatch overhead\n")
         L.append("| loop | tpu us/op | cpu us/op | tpu / cpu (speed) |")
         L.append("|---|---|---|---|")
         for row in mi["dispatch"]:
             L.append(f"| {row['op']} | {row['tpu'] * 1e6:.2f} | {row['cpu'] * 1e6:.2f} | {ratio(row['cpu'], row['tpu'])} |")
         L.append("")
+        plot("dispatch")
     if "scaling" in r:
         s1, sn = r["scaling"]
         L.append(f"## Thread scaling (1 vs {sn['threads']} threads)\n")
@@ -189,6 +203,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
                 L.append(f"| {name} ({unit}) | {g(a['tpu'])} | {g(b['tpu'])} | {b['tpu'] / a['tpu']:.2f}x | "
                          f"{g(a['cpu'])} | {g(b['cpu'])} | {b['cpu'] / a['cpu']:.2f}x |")
         L.append("")
+        plot("scaling")
     if "models" in r:
         rows = r["models"] + r.get("models_compile", []) + r.get("models_xla", [])
         L.append("## Models\n")
@@ -210,6 +225,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
                      f"{x['train_tokens_s']:.0f} | {pre} | {dec} | {x['first_step_s']:.2f} | "
                      f"{x['steady_step_s']:.2f} | {100 * mfu:.1f}% | {mem} |")
         L.append("")
+        plot("models")
         L.append("| model | device | images/s | first step s | steady step s | peak device memory |")
         L.append("|---|---|---|---|---|---|")
         for x in rows:
@@ -250,7 +266,16 @@ def main():
     ap.add_argument("--compile-timeout", type=int, default=240)
     ap.add_argument("--skip-xla", action="store_true", help="skip the PyTorch/XLA CPU rows")
     ap.add_argument("--xla-timeout", type=int, default=300)
+    ap.add_argument("--from-json", metavar="PATH",
+                    help="measure nothing: render the report and plots again from a run's raw numbers "
+                         "(the build/benchmarks.json that every run writes)")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            saved = json.load(f)
+        write_report(args.out, saved["cmd"], saved, saved["started"], saved["elapsed_s"], saved["loads"])
+        print(f"[bench] wrote {args.out} from {args.from_json}")
+        return
     import torch
     cmd = ("python -m torchtpu.bench" + (" --skip-compile" if args.skip_compile else "")
            + (" --skip-xla" if args.skip_xla else ""))
@@ -313,11 +338,12 @@ def main():
             else:
                 r["xla_skipped"] = f"`bench/xla_gpt.py` {why}"
     loads.append(load_avg())
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    write_report(args.out, cmd, r, started, time.perf_counter() - t0, loads)
+    r.update(cmd=cmd, started=started, elapsed_s=time.perf_counter() - t0, loads=loads)
     os.makedirs(os.path.join(ROOT, "build"), exist_ok=True)
     with open(os.path.join(ROOT, "build", "benchmarks.json"), "w") as f:  # raw numbers, untracked
         json.dump(r, f, indent=1)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    write_report(args.out, cmd, r, started, r["elapsed_s"], loads)
     print(f"[bench] wrote {args.out}")
 
 
