@@ -176,6 +176,14 @@ def main():
               "same code in both modes. The bound counts kernel time only: defer_and_fuse can exceed "
               "it where strict also pays per-op costs outside the kernels (hand-off to the queue "
               "thread, output allocation)."]
+    if a.write:  # the same rows as a plot, next to the report (docs/plots/modes.png)
+        from torchtpu import _bench_plots
+        plots = os.path.join(os.path.dirname(os.path.abspath(a.write)), "plots")
+        os.makedirs(plots, exist_ok=True)
+        _bench_plots.save(_bench_plots.modes_figure([
+            {"name": name, "strict_s": s, "defer_s": d, "cpu_s": c, "peak_strict": ps, "peak_defer": pd}
+            for name, s, d, c, ps, pd, _ in rows]), os.path.join(plots, "modes.png"))
+        lines += ["", "![Eager modes: speed over strict and peak device memory](plots/modes.png)"]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.write:
@@ -183,12 +191,15 @@ def main():
 
 
 def _replace_section(path, heading, text):
+    """Replaces the text from heading to the next heading of any level (a section's
+    subsections stay), or appends the section."""
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    if heading in old:
-        start = old.index(heading)
-        nxt = old.find("\n## ", start + len(heading))
-        old = old[:start] + (old[nxt + 1:] if nxt >= 0 else "")
-    open(path, "w").write(old.rstrip() + "\n\n" + text)
+    if heading not in old:
+        open(path, "w").write(old.rstrip() + "\n\n" + text)
+        return
+    start = old.index(heading)
+    nxt = old.find("\n#", start + len(heading))
+    open(path, "w").write(old[:start] + text + ("\n" + old[nxt + 1:] if nxt >= 0 else ""))
 
 
 if __name__ == "__main__":

@@ -89,3 +89,28 @@ def test_from_json_renders_without_measuring(tmp_path, monkeypatch):
     bench.main()
     assert "Run 2026-12-06 00:00 (1.0 min)" in out.read_text()
     assert (tmp_path / "report" / "plots" / "models.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_modes_plot_and_section(tmp_path):
+    """bench/modes.py's plot (speed over strict, issue 4's targets, peak memory) and its
+    --write, which replaces the section's own text in place and keeps its subsections."""
+    import matplotlib.pyplot as plt
+    rows = [{"name": "GPT training step", "strict_s": 3.0, "defer_s": 2.0, "cpu_s": 4.0, "peak_strict": 2 * 2**20,
+             "peak_defer": 2**20},
+            {"name": "MLP", "strict_s": 1.0, "defer_s": 0.25, "cpu_s": 0.5, "peak_strict": 2**20, "peak_defer": 0}]
+    fig = _bench_plots.modes_figure(rows)
+    assert bar_widths(fig) == {"defer_and_fuse": pytest.approx([1.5, 4.0]), "PyTorch CPU eager": pytest.approx([0.75, 2.0])}
+    goals = [line.get_xdata()[0] for line in fig.axes[0].lines if line.get_linestyle() == "--"]
+    assert goals == pytest.approx([1.5, 2.0])
+    assert bar_widths(fig, 1) == {"strict": pytest.approx([2.0, 1.0]), "defer_and_fuse": pytest.approx([1.0, 0.0])}
+    plt.close(fig)
+
+    sys.path.insert(0, bench.BENCH)
+    try:
+        import modes
+    finally:
+        sys.path.pop(0)
+    doc = tmp_path / "b.md"
+    doc.write_text("# B\n\n## Eager modes\n\nold table\n\n### Stop 15\n\nkept\n\n## Next\n\nx\n")
+    modes._replace_section(str(doc), "## Eager modes", "## Eager modes\n\nnew table\n")
+    assert doc.read_text() == "# B\n\n## Eager modes\n\nnew table\n\n### Stop 15\n\nkept\n\n## Next\n\nx\n"

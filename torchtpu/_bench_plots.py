@@ -150,6 +150,33 @@ def models_figure(r):
     return fig
 
 
+def modes_figure(rows):
+    """bench/modes.py's workloads: speed over strict of defer_and_fuse and of CPU eager, with
+    issue 4's targets (1.5x for the training step, 2x for the others), and peak device
+    memory per mode. rows: dicts with name, strict_s, defer_s, cpu_s, peak_strict,
+    peak_defer (bytes)."""
+    plt = _plt()
+    fig, (ax, mem) = plt.subplots(1, 2, figsize=(13, 0.55 * len(rows) + 1.6), gridspec_kw={"width_ratios": [3, 2]})
+    labels = [row["name"] for row in rows]
+    _bars(ax, labels, [("defer_and_fuse", TPU, [row["strict_s"] / row["defer_s"] for row in rows]),
+                       ("PyTorch CPU eager", CPU, [row["strict_s"] / row["cpu_s"] for row in rows])],
+          "speed over tpu strict (higher is better)")
+    ax.axvline(1.0, color="k", lw=1)
+    for i, row in enumerate(rows):
+        goal = 1.5 if "training step" in row["name"] else 2.0
+        ax.plot([goal] * 2, [i - 0.45, i + 0.45], "k--", lw=1,
+                label="issue 4 target for defer_and_fuse" if i == 0 else None)
+    _legend(ax)
+    _bars(mem, labels, [("strict", "#aec7e8", [row["peak_strict"] / 2**20 for row in rows]),
+                        ("defer_and_fuse", TPU, [row["peak_defer"] / 2**20 for row in rows])],
+          "peak device memory, MiB (lower is better)")
+    mem.set_yticklabels([])
+    _legend(mem)
+    fig.suptitle("Eager modes (bench/modes.py): defer_and_fuse and CPU eager against strict")
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = (("gemm", gemm_figure, "micro", "GEMM: % of the measured peak, tpu and PyTorch CPU eager"),
            ("bandwidth", bandwidth_figure, "micro", "Bandwidth-bound ops against the measured copy bandwidth"),
            ("dispatch", dispatch_figure, "micro", "Per-op dispatch overhead"),
@@ -157,11 +184,16 @@ FIGURES = (("gemm", gemm_figure, "micro", "GEMM: % of the measured peak, tpu and
            ("models", models_figure, "models", "GPT training: throughput, first step, steady step"))
 
 
+def save(fig, path):
+    fig.savefig(path, dpi=90, bbox_inches="tight", metadata={"Software": None})
+    _plt().close(fig)
+
+
 def write_plots(r, outdir):
     """Saves the figures whose results are in r as outdir/<name>.png; returns
     {section: (file name, caption)}. Empty (and a reason) when matplotlib is missing."""
     try:
-        plt = _plt()
+        _plt()
     except ImportError as e:
         return {}, f"matplotlib is not installed ({e})"
     os.makedirs(outdir, exist_ok=True)
@@ -169,8 +201,6 @@ def write_plots(r, outdir):
     for name, make, needs, caption in FIGURES:
         if needs not in r or (name == "models" and not gpt_rows(r)):
             continue
-        fig = make(r)
-        fig.savefig(os.path.join(outdir, f"{name}.png"), dpi=90, bbox_inches="tight", metadata={"Software": None})
-        plt.close(fig)
+        save(make(r), os.path.join(outdir, f"{name}.png"))
         made[name] = (f"{name}.png", caption)
     return made, None
