@@ -81,10 +81,7 @@ def _train_recheck(wrong):
     model = TwoLayer()
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
     cand = ("x", (x,), {})
-    ref_model = copy.deepcopy(model)
-    loss = R._loss_of(R.call(ref_model, cand))
-    loss.backward()
-    ref = {"loss": loss.detach(), "grad": {n: p.grad for n, p in ref_model.named_parameters()}}
+    ref = R._cpu_step(model, cand)
     m64 = copy.deepcopy(model).double()
     loss64 = R._loss_of(m64(x.double()))
     loss64.backward()
@@ -109,6 +106,60 @@ def test_train_float64_recheck_accepts_cpu_sized_errors():
 def test_train_float64_recheck_refuses_a_wrong_gradient():
     m = _train_recheck(wrong=True)
     assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+def test_train_float64_recheck_takes_the_cpu_error_at_every_core(monkeypatch):
+    """The CPU's own float32 error is also taken at PyTorch's default thread count (all
+    cores), where long sums split differently: a tpu error 3x the one-thread CPU's passes
+    when the all-core CPU step is 2x as far from float64 (bound 2 x 2), not when it is as
+    far as the one-thread step."""
+    model = TwoLayer()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    cand = ("x", (x,), {})
+    step64 = dict(R.flatten(R._cpu_step(copy.deepcopy(model).double(), ("x", (x.double(),), {}))))
+
+    def cpu_at(far):  # a CPU float32 step `far` times 1e-3 (relative) from the float64 one
+        out = {path: (r + far * 1e-3 * (1 + r.abs())).float() for path, r in step64.items()}
+        return {"loss": out["loss"], "grad": {p[5:]: t for p, t in out.items() if p != "loss"}}
+
+    def recheck(far_all_cores):
+        asked = []
+
+        def cpu_step(model, cand, rng_log=None, threads=None):
+            asked.append(threads)
+            return cpu_at(far_all_cores)
+        monkeypatch.setattr(R, "_cpu_step", cpu_step)
+        tpu = {path: (r - 3e-3 * (1 + r.abs())).float() for path, r in step64.items()}
+        res = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "grad.a.bias: ...",
+                                    "_tpu_out": tpu}}}
+        R._recheck_train_in_float64(model, cand, cpu_at(1.0), res)
+        return res["modes"]["strict"], asked
+
+    monkeypatch.setattr(R.os, "cpu_count", lambda: 4)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as validation workers run
+    try:
+        m, asked = recheck(far_all_cores=2.0)
+        assert m["status"] == "pass" and asked == [4], (m, asked)
+        m, asked = recheck(far_all_cores=1.0)
+        assert m["status"] == "fail" and "the CPU float32's" in m["recheck"] and asked == [4], (m, asked)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_step_runs_at_the_thread_count_asked():
+    seen = []
+
+    class Probe(TwoLayer):
+        def forward(self, x):
+            seen.append(torch.get_num_threads())
+            return super().forward(x)
+
+    before = torch.get_num_threads()
+    cand = ("x", (torch.randn(2, 8),), {})
+    R._cpu_step(Probe(), cand, threads=before + 1)
+    R._cpu_step(Probe(), cand)
+    assert seen == [before + 1, before] and torch.get_num_threads() == before
 
 
 class DrawsNoise(nn.Module):
