@@ -334,3 +334,17 @@ def test_runtime_openblas_loads_single_threaded(user_value):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", str(user_value)]
+
+
+def test_every_environment_variable_is_listed():
+    """torchtpu/_env.py lists every variable the runtime, the adapter and the package read."""
+    import pathlib
+    import re
+    from torchtpu._env import ENV_VARS
+    root = pathlib.Path(__file__).resolve().parent.parent
+    files = [p for d in ("runtime/src", "torchtpu") for p in (root / d).rglob("*")
+             if p.suffix in (".c", ".h", ".cpp", ".py") and p.name != "_env.py"]
+    read = set()
+    for p in files:
+        read |= set(re.findall(r'"((?:TORCHTPU|TPU)_[A-Z0-9_]+)"', p.read_text(errors="replace")))
+    assert read and read <= set(ENV_VARS), sorted(read - set(ENV_VARS))

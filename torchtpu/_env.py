@@ -24,6 +24,21 @@ ENV_VARS = {
                           "them, else the AVX512-BF16 kernel where it has that), 'avx512' (the "
                           "AVX512-BF16 kernel even with AMX) or 'widen' (convert to f32 and call sgemm)",
     "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 4096)",
+    "TORCHTPU_QUEUE_BYTES": "(C) strict mode: bytes of outputs the queued items may hold before "
+                            "the host waits (default 4 MiB)",
+    "TORCHTPU_F32_GEMM": "(C) 'blas': f32 products on OpenBLAS even where the AVX-512 kernel "
+                         "could run them (side-by-side runs)",
+    "TORCHTPU_ATTN_KERNEL": "(C) 0: every attention head on the generic path instead of the "
+                            "AVX-512 head kernel (side-by-side runs, bench/attention.py)",
+    "TORCHTPU_CONV_WINOGRAD": "(C) 0: 3x3 convolutions without Winograd F(2x2, 3x3) (side-by-side runs)",
+    "TORCHTPU_STREAM_MIN_BYTES": "(C) outputs from this size on are written with non-temporal "
+                                 "stores (default: the last-level cache; 0 turns them off)",
+    "TORCHTPU_HUGE_PAGES": "(C) 1: device blocks of 4 MiB and more on 2 MiB pages (default off: "
+                           "slower first steps on the VMs measured)",
+    "TORCHTPU_SCRATCH_CACHE": "(C) 0: kernels' large host scratch blocks go back to the C library "
+                              "on free instead of being kept for reuse (side-by-side runs)",
+    "TORCHTPU_VALIDATE_THREADS": "validation workers' PyTorch CPU threads (set by "
+                                 "python -m torchtpu.validate --threads)",
     "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
                          "'allow' (run silently), 'error' (raise NotImplementedError)",
     "TORCHTPU_XLA_VENV": "benchmarks: the PyTorch/XLA venv that scripts/setup_xla.sh makes and "

@@ -138,6 +138,41 @@ static void test_large_blocks(void) {
   }
 }
 
+/* Large host blocks freed by the runtime are kept and handed out again (base/alloc.c). */
+static void test_scratch_reuse(void) {
+  tpu__scratch_release();
+  size_t mib = (size_t)1 << 20;
+  char* a = tpu__malloc(mib);
+  CHECK(a != NULL);
+  memset(a, 0x5a, mib);
+  tpu__free(a);
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+  CHECK(tpu__scratch_kept_bytes() >= mib);
+  char* b = tpu__malloc(mib - 4096); /* fits, and at most twice the request: the same block */
+  CHECK(b == a);
+  CHECK(tpu__scratch_kept_bytes() == 0);
+  tpu__free(b);
+  char* q = tpu__malloc(mib / 4); /* the kept block is over twice this: not taken */
+  CHECK(q != NULL && q != a);
+  tpu__free(q);
+  char* z = tpu__calloc(mib / 4, 4); /* a kept block, zeroed */
+  CHECK(z == a);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < mib; ++i) nonzero += z[i] != 0;
+  CHECK(nonzero == 0);
+  tpu__free(z);
+  char* small = tpu__malloc(1024);
+  size_t kept = tpu__scratch_kept_bytes();
+  tpu__free(small); /* small blocks go straight back to the C library */
+  CHECK(tpu__scratch_kept_bytes() == kept);
+  tpu__alloc_fail_after(0); /* a kept block does not hide an injected failure */
+  CHECK(tpu__malloc(mib) == NULL);
+  tpu__alloc_fail_after(-1);
+  tpu_memory_empty_cache(0); /* torch.tpu.empty_cache() gives them back */
+  CHECK(tpu__scratch_kept_bytes() == 0);
+#endif
+}
+
 int main(void) {
   setenv("TORCHTPU_HUGE_PAGES", "1", 1);
   test_status();
@@ -147,5 +182,6 @@ int main(void) {
   test_oom();
   test_memory_returns_to_baseline();
   test_large_blocks();
+  test_scratch_reuse();
   TEST_MAIN_END();
 }

@@ -141,7 +141,8 @@ void tpu_memory_reset_peak(int device);
 /* Sets the pool's capacity (torch.tpu.set_per_process_memory_fraction): later requests
  * beyond it fail with TPU_OUT_OF_MEMORY; cached blocks above it are returned now. */
 tpu_status_t tpu_memory_set_capacity(int device, uint64_t bytes);
-/* Returns cached, unused blocks to the host. */
+/* Returns cached, unused blocks to the host, and the large scratch blocks that kernels
+ * freed and the runtime keeps for reuse. */
 void tpu_memory_empty_cache(int device);
 
 /* ---- storages ----------------------------------------------------------------------- */

@@ -16,6 +16,10 @@ void* tpu__calloc(size_t count, size_t n);
 void* tpu__realloc(void* p, size_t n);
 void tpu__free(void* p);
 void tpu__alloc_fail_after(int64_t n); /* -1 disables */
+/* Large freed blocks are kept for the next allocation that fits (base/alloc.c); these
+ * free them all and say how many bytes are kept. */
+void tpu__scratch_release(void);
+size_t tpu__scratch_kept_bytes(void);
 char* tpu__strdup(const char* s);
 /* a*b with overflow check; returns false on overflow. */
 static inline bool tpu__mul_ok(uint64_t a, uint64_t b, uint64_t* out) {

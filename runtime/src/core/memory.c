@@ -178,6 +178,7 @@ void tpu_memory_reset_peak(int device) {
 }
 
 void tpu_memory_empty_cache(int device) {
+  tpu__scratch_release(); /* kernels' host scratch too (base/alloc.c) */
   pool_t* p = get_pool(device);
   if (!p) return;
   pthread_mutex_lock(&p->mu);
