@@ -114,12 +114,12 @@ def write_report(path, cmd, r, started, elapsed, loads):
     m = r["machine"]
     peak = m["flops_all"]
     plots, no_plots = _bench_plots.write_plots(r, os.path.join(os.path.dirname(os.path.abspath(path)), "plots"))
+    L = []
 
-    def plot(name):
+    def plot(name):  # a figure's link under its table
         if name in plots:
             L.append(f"![{plots[name][1]}](plots/{plots[name][0]})\n")
 
-    L = []
     L.append("# Benchmarks\n")
     L.append("Recorded results of the benchmark suite. Regenerate with:\n")
     L.append(f"```\n{cmd}\n```\n")
