@@ -110,9 +110,8 @@ AVX512_TARGET static void pack_t(float* dst, int64_t ld, const float* src, int64
 }
 
 /* row[j] = e^(row[j] - shift) for j < c: host/vmath.h's exp in a loop the compiler
- * vectorizes (FMA enabled for its fused steps, as in vmath.h's AVX-512 clones). */
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) static void exp_shifted(float* row, int64_t c,
-                                                                                         float shift) {
+ * vectorizes (with fma, so its TPU_FMAF steps are vfmadd, as in vmath.h's AVX-512 clones). */
+AVX512_TARGET __attribute__((target("fma"))) static void exp_shifted(float* row, int64_t c, float shift) {
   for (int64_t j = 0; j < c; ++j) row[j] = tpu__vexpf(row[j] - shift);
 }
 
