@@ -106,10 +106,15 @@ def scaling_figure(r):
     return fig
 
 
+def model_rows(r):
+    """Every model row of a run: tpu and CPU eager, then Inductor, then PyTorch/XLA."""
+    return r.get("models", []) + r.get("models_compile", []) + r.get("models_xla", [])
+
+
 def gpt_rows(r):
     """{model: {device: row}} for the GPT models, tpu first."""
     out = {}
-    for x in r.get("models", []) + r.get("models_compile", []) + r.get("models_xla", []):
+    for x in model_rows(r):
         if "train_tokens_s" in x:
             out.setdefault(x["model"], {})[x["device"]] = x
     return out

@@ -205,7 +205,7 @@ def write_report(path, cmd, r, started, elapsed, loads):
         L.append("")
         plot("scaling")
     if "models" in r:
-        rows = r["models"] + r.get("models_compile", []) + r.get("models_xla", [])
+        rows = _bench_plots.model_rows(r)
         L.append("## Models\n")
         L.append("GPT = `examples/train_gpt.py`'s model (char vocab 128) with the sizes below; training "
                  "steps include AdamW; MFU = achieved training FLOP/s (6 x weights + attention per token) "
