@@ -13,8 +13,9 @@
  * zmm accumulators: per K value, NV loads of B, MR broadcasts of A, MR * NV FMAs.
  *
  * Each element of C is the sum over K in K blocks of fixed size, each block summed in K
- * order (on the dot-product path below, of 16 lane sums, each in K order), whatever the
- * task shape or thread count: results do not depend on how many threads run the product.
+ * order in runs of KFOLD products added one after another (on the dot-product path
+ * below, of 16 lane sums, each in K order in such runs), whatever the task shape or
+ * thread count: results do not depend on how many threads run the product.
  *
  * Every function here is compiled for AVX-512 (AVX512_TARGET); host/linalg.c calls in
  * only after tpu__gemm_f32_supported(), its cpuid check. */
@@ -30,6 +31,24 @@
 #define NC 128           /* task columns at most */
 #define MC 2048          /* task rows at most */
 #define PACK_AHEAD 4     /* row-major B: rows prefetched ahead while packing */
+/* A running sum takes at most KFOLD products before it is added into the element's total
+ * (into C itself on the packed path). Rounding error grows with the length of a running
+ * sum, since each addition rounds at the sum's magnitude: summing a whole K block (up to
+ * 512 products; on the few-rows path all of K) in one register gave 1.1-4.2x the rms
+ * error vs float64 of PyTorch CPU's matmul and made a 512-channel Winograd convolution
+ * 3.0x as far off as CPU's direct one; folding every 128 gives 0.72-0.85x and 1.6x, for
+ * about 2% of the packed path's speed (docs/benchmarks.md, "GEMM accuracy"). */
+#define KFOLD 128
+
+/* tot[i] += acc[i], then acc[i] = 0, for n accumulators */
+AVX512_TARGET static inline __attribute__((always_inline)) void fold(__m512* tot, __m512* acc, int n) {
+#pragma GCC unroll 32
+  for (int i = 0; i < n; ++i) {
+    tot[i] = _mm512_add_ps(tot[i], acc[i]);
+    acc[i] = _mm512_setzero_ps();
+  }
+}
+
 /* Fewer rows than this take the few-rows kernels below where their layout allows. */
 #define F32_MIN_PACKED_M 8
 
@@ -94,26 +113,29 @@ AVX512_TARGET static inline __attribute__((always_inline)) void microkernel(
   const float* ar[MR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) ar[r] = a + (r < mr ? r : mr - 1) * ars;
-  __m512 acc[MR][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   tpu__avx512_tile_prefetch(c, ldc, mr);
-  for (int64_t k = 0; k < kc; ++k) {
-    __m512 bv[NV];
+  for (int64_t k0 = 0; k0 < kc; k0 += KFOLD) {
+    int64_t k1 = kc - k0 < KFOLD ? kc : k0 + KFOLD;
+    __m512 acc[MR][NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * NR + v * 16);
+    for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      /* row-major A: six streams, each fetched a line ahead once per line */
-      if (aks == 1 && (k & 15) == 0) _mm_prefetch((const char*)(ar[r] + k + 64), _MM_HINT_T0);
-      __m512 av = _mm512_set1_ps(ar[r][k * aks]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t k = k0; k < k1; ++k) {
+      __m512 bv[NV];
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(b + k * NR + v * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        /* row-major A: six streams, each fetched a line ahead once per line */
+        if (aks == 1 && (k & 15) == 0) _mm_prefetch((const char*)(ar[r] + k + 64), _MM_HINT_T0);
+        __m512 av = _mm512_set1_ps(ar[r][k * aks]);
+#pragma GCC unroll 8
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
+      }
     }
+    tpu__avx512_tile_store(acc, c, ldc, mr, nr, alpha, beta, first && k0 == 0);
   }
-  tpu__avx512_tile_store(acc, c, ldc, mr, nr, alpha, beta, first);
 }
 
 /* Task t: an mc x nc block of C, row-major over the grid of tasks. */
@@ -176,25 +198,31 @@ AVX512_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
   for (int i = 0; i < SMALL_M; ++i)
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < s->K; ++k) {
-    const float* br = s->b + k * s->sbk + j0;
-    __m512 bv[NV];
+  __m512 tot[SMALL_M][NV];
+  memcpy(tot, acc, sizeof tot); /* zero */
+  for (int64_t k0 = 0; k0 < s->K; k0 += KFOLD) {
+    int64_t k1 = s->K - k0 < KFOLD ? s->K : k0 + KFOLD;
+    for (int64_t k = k0; k < k1; ++k) {
+      const float* br = s->b + k * s->sbk + j0;
+      __m512 bv[NV];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], br + 16 * v);
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_maskz_loadu_ps(m[v], br + 16 * v);
 #pragma GCC unroll 8
-    for (int i = 0; i < SMALL_M; ++i) {
-      if (i >= s->M) break;
-      __m512 av = _mm512_set1_ps(s->a[i * s->sam + k * s->sak]);
+      for (int i = 0; i < SMALL_M; ++i) {
+        if (i >= s->M) break;
+        __m512 av = _mm512_set1_ps(s->a[i * s->sam + k * s->sak]);
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+        for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_fmadd_ps(av, bv[v], acc[i][v]);
+      }
     }
+    fold(&tot[0][0], &acc[0][0], SMALL_M * NV);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < SMALL_M; ++i) {
     if (i >= s->M) break;
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v)
-      if (m[v]) small_store(s, s->c + i * s->ldc + j0 + 16 * v, m[v], acc[i][v]);
+      if (m[v]) small_store(s, s->c + i * s->ldc + j0 + 16 * v, m[v], tot[i][v]);
   }
 }
 
@@ -261,14 +289,23 @@ AVX512_TARGET static void dot_block(void* ctx, int64_t t, int tid) {
       for (int r = 0; r < DOT_MR; ++r)
 #pragma GCC unroll 8
         for (int c = 0; c < DOT_NJ; ++c) acc[r][c] = _mm512_setzero_ps();
+      __m512 tot[DOT_MR][DOT_NJ]; /* lane l sums k = l mod 16 in runs of KFOLD */
+      memcpy(tot, acc, sizeof tot); /* zero */
       int64_t k = 0;
-      for (; k + 16 <= K; k += 16) dot_step(acc, ar, br, mr, k, (__mmask16)0xFFFF);
-      if (k < K) dot_step(acc, ar, br, mr, k, tpu__avx512_lanes((int)(K - k)));
+      while (k + 16 <= K) {
+        int64_t stop = K - k < 16 * KFOLD ? K : k + 16 * KFOLD;
+        for (; k + 16 <= stop; k += 16) dot_step(acc, ar, br, mr, k, (__mmask16)0xFFFF);
+        fold(&tot[0][0], &acc[0][0], DOT_MR * DOT_NJ);
+      }
+      if (k < K) {
+        dot_step(acc, ar, br, mr, k, tpu__avx512_lanes((int)(K - k)));
+        fold(&tot[0][0], &acc[0][0], DOT_MR * DOT_NJ);
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < DOT_MR; ++r) {
         if (r >= mr) break;
         float* c = s->c + (i + r) * s->ldc + j;
-        __m128 v = _mm_mul_ps(sum4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]), va);
+        __m128 v = _mm_mul_ps(sum4(tot[r][0], tot[r][1], tot[r][2], tot[r][3]), va);
         if (s->beta != 0.0f) v = _mm_add_ps(v, _mm_mul_ps(_mm_maskz_loadu_ps(cm, c), vb));
         _mm_mask_storeu_ps(c, cm, v);
       }
