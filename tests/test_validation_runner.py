@@ -147,6 +147,93 @@ def test_train_float64_recheck_takes_the_cpu_error_at_every_core(monkeypatch):
         torch.set_num_threads(before)
 
 
+class ReluNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.relu, self.b = nn.Linear(8, 16), nn.ReLU(inplace=True), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.b(self.relu(self.a(x)))
+
+
+def _near_zero_relu():
+    """ReluNet, its input, and the ReLU decisions with one flipped: unit 3 of row 0, whose
+    float64 input is moved to within float32 rounding of zero (|x| < 1e-7)."""
+    model = ReluNet()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        pre = x.double() @ model.a.weight.double().t() + model.a.bias.double()
+        model.a.bias[3] -= float(pre[0, 3])
+        pre = x.double() @ model.a.weight.double().t() + model.a.bias.double()
+    assert 0 < abs(float(pre[0, 3])) < 1e-7 and float(pre.abs().max()) > 0.1
+    own = pre > 0
+    flipped = own.clone()
+    flipped[0, 3] = ~flipped[0, 3]
+    return model, ("x", (x,), {}), own, flipped
+
+
+def test_step64_takes_the_tpus_relu_decision_only_near_zero():
+    model, cand, own, flipped = _near_zero_relu()
+    plain, n0 = R._step64(model, cand)
+    same, n1 = R._step64(model, cand, decisions={"relu": [own]})
+    sub, n2 = R._step64(model, cand, decisions={"relu": [flipped]})
+    far = own.clone()
+    far[1, 0] = ~far[1, 0]  # an input far from zero keeps float64's decision
+    kept, n3 = R._step64(model, cand, decisions={"relu": [far]})
+    assert (n0, n1, n2, n3) == (0, 0, 1, 0)
+    assert torch.equal(same["grad.a.bias"], plain["grad.a.bias"])
+    assert torch.equal(kept["grad.a.bias"], plain["grad.a.bias"])
+    assert not torch.equal(sub["grad.a.bias"], plain["grad.a.bias"])
+    assert torch.equal(sub["grad.b.bias"], plain["grad.b.bias"])
+
+
+def test_relu_decisions_are_the_tpus_relu_inputs_signs():
+    model = ReluNet()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2))
+    want = (model.a(x) > 0)
+    for mode in R.MODES:
+        got = R._relu_decisions(model, ("x", (x,), {}), mode)
+        assert list(got) == ["relu"] and len(got["relu"]) == 1 and torch.equal(got["relu"][0], want), mode
+
+
+def _relu_recheck(monkeypatch, decisions, wrong=False):
+    """A training-step mismatch whose tpu gradients are the float64 step with the flipped
+    decision plus CPU-sized errors; the CPU float32 step (one thread and all cores) is the
+    float64 step with its own decision, 1e-7 (relative) off. The re-check takes the tpu's
+    ReLU decisions from _relu_decisions (here `decisions`)."""
+    model, cand, own, flipped = _near_zero_relu()
+    sub, _ = R._step64(model, cand, decisions={"relu": [flipped]})
+    plain, _ = R._step64(model, cand)
+    cpu = {p: (r + 1e-7 * (1 + r.abs())).float() for p, r in plain.items()}
+    ref = {"loss": cpu["loss"], "grad": {p[5:]: t for p, t in cpu.items() if p != "loss"}}
+    tpu = {p: (sub[p] - 1e-7 * (1 + sub[p].abs())).float() for p in cpu}
+    if wrong:
+        tpu["grad.a.weight"] = tpu["grad.a.weight"].clone()
+        tpu["grad.a.weight"][5, 2] *= 1.05
+    monkeypatch.setattr(R, "_cpu_step", lambda *a, **k: ref)
+    monkeypatch.setattr(R, "_relu_decisions", lambda *a, **k: {"relu": [decisions(own, flipped)]})
+    res = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "grad.a.bias: ...",
+                                "_tpu_out": tpu}}}
+    R._recheck_train_in_float64(model, cand, ref, res)
+    return res["modes"]["strict"]
+
+
+def test_train_float64_recheck_takes_the_tpus_relu_decisions(monkeypatch):
+    m = _relu_recheck(monkeypatch, lambda own, flipped: flipped)
+    assert m["status"] == "pass" and "ReLU decisions at 1 input(s)" in m["note"], m
+
+
+def test_train_float64_recheck_without_a_flip_still_fails(monkeypatch):
+    m = _relu_recheck(monkeypatch, lambda own, flipped: own)
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+def test_train_float64_recheck_with_relu_decisions_refuses_a_wrong_gradient(monkeypatch):
+    m = _relu_recheck(monkeypatch, lambda own, flipped: flipped, wrong=True)
+    assert m["status"] == "fail" and "ReLU decisions" in m["recheck"], m
+
+
 def test_cpu_step_runs_at_the_thread_count_asked():
     seen = []
 

@@ -29,6 +29,9 @@ MODEL_TOL_FACTOR = 10.0
 # The training step's float64 re-check runs only while the model has used less than this
 # (of the per-model timeout, 180 s by default): it costs about one more CPU step.
 RECHECK_BUDGET_S = 100
+# A ReLU input within this fraction of its tensor's largest |input| of zero is a decision
+# float32 rounding can take either way (_step64 with the tpu's decisions).
+RELU_NEAR_ZERO = 1e-5
 
 
 def tol(dtype):
@@ -520,21 +523,19 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
     does not clear the mismatch: where long sums are split differently by the thread count
     and the model amplifies rounding, the CPU's float32 error itself moves by orders of
     magnitude between the two (EfficientLoFTR's training step: 1.25e8 at one thread,
-    5.29e10 at two, against a float64 step; the tpu's 5.28e10)."""
+    5.29e10 at two, against a float64 step; the tpu's 5.28e10).
+
+    Still failing, the tpu is then measured against the float64 step that takes the tpu's
+    own ReLU decisions where its input is within rounding of zero (_step64): one ReLU input
+    at -2.4e-8 in float64 that rounds to +7.8e-9 sends a gradient down another path
+    (vgg16's first convolution: bias gradient off by 0.5% against the CPU's 1e-6), which
+    says nothing about the tpu's arithmetic."""
     try:
-        m64 = copy.deepcopy(model).double()
-        to64 = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
-        c64 = (cand[0], tree_map(to64, cand[1]), tree_map(to64, cand[2]))
-        torch.manual_seed(0)
-        loss = _loss_of(call(m64, c64, rng_log))
-        loss.backward()
-        ref64 = dict(flatten({"loss": loss.detach().double(),
-                              "grad": {n: p.grad for n, p in m64.named_parameters() if p.grad is not None}}))
-        del m64
+        ref64, _ = _step64(model, cand, rng_log)
     except Exception:
         return
     cpu_runs = [dict(flatten(ref))]
-    for m in res["modes"].values():
+    for mode, m in res["modes"].items():
         if m.get("cause") != "mismatch" or not m.get("_tpu_out"):
             continue
         ok, worst = _judge_step(m["_tpu_out"], ref64, cpu_runs)
@@ -545,34 +546,109 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
                 pass
             else:
                 ok, worst = _judge_step(m["_tpu_out"], ref64, cpu_runs)
+        how = "vs the step in float64"
+        if not ok:  # a ReLU whose input rounds to the other side of zero on tpu
+            try:
+                sub64, flips = _step64(model, cand, rng_log, _relu_decisions(model, cand, mode, rng_log))
+            except Exception:
+                flips = 0
+            if flips:
+                ok, worst = _judge_step(m["_tpu_out"], ref64, cpu_runs, tpu_ref=sub64)
+                how = (f"vs the step in float64 with the tpu's ReLU decisions at {flips} input(s) within "
+                       f"{RELU_NEAR_ZERO:g} (relative) of zero")
         if not ok and worst[1] is not None:
-            m["recheck"] = (f"vs the step in float64, the tpu's max error on {worst[1]} is {worst[2]:.3g}, "
+            m["recheck"] = (f"{how}, the tpu's max error on {worst[1]} is {worst[2]:.3g}, "
                             f"the CPU float32's {worst[3]:.3g} ({worst[0]:.3g}x the allowed)")
         if ok:
-            _accept_rechecked(m, f"float64 re-check: {m['detail']}; vs the step in float64, the tpu's max "
+            _accept_rechecked(m, f"float64 re-check: {m['detail']}; {how}, the tpu's max "
                                  f"error on {worst[1]} is {worst[2]:.3g}, the CPU float32's {worst[3]:.3g}")
 
 
-def _judge_step(tpu_out, ref64, cpu_runs):
+def _relu_decisions(model, cand, mode, rng_log=None):
+    """The tpu's ReLU decisions in the training step's forward in `mode`: {name: [input > 0
+    per call, on CPU]} for every nn.ReLU module of the model (the run is deterministic, so
+    these are the judged step's decisions)."""
+    import torchtpu
+    dev_model = copy.deepcopy(model).to("tpu")
+    masks, hooks = {}, []
+    for name, mod in dev_model.named_modules():
+        if type(mod) is torch.nn.ReLU:
+            hooks.append(mod.register_forward_pre_hook(
+                lambda m, args, name=name: masks.setdefault(name, []).append((args[0] > 0).cpu())))
+    prev = torchtpu.get_eager_mode()
+    try:
+        torchtpu.set_eager_mode(mode)
+        dev_cand = (cand[0], tree_map(lambda t: t.to("tpu"), cand[1]), tree_map(lambda t: t.to("tpu"), cand[2]))
+        torch.manual_seed(0)
+        with torch.no_grad():
+            call(dev_model, dev_cand, rng_log)
+    finally:
+        torchtpu.set_eager_mode(prev)
+        for h in hooks:
+            h.remove()
+    return masks
+
+
+def _step64(model, cand, rng_log=None, decisions=None):
+    """(step, flips): the training step in float64 on CPU, flattened ("loss", "grad.*").
+    With decisions (_relu_decisions), each nn.ReLU input element whose sign differs from
+    the tpu's and that lies within RELU_NEAR_ZERO of its tensor's largest |input| of zero
+    takes the tpu's decision (the output is the input there, or zero, and so is the
+    gradient); flips counts them. Other differences keep float64's own decision."""
+    m64 = copy.deepcopy(model).double()
+    flips, calls = [0], {}
+
+    def before(mod, args, name):
+        calls[name] = calls.get(name, 0) + 1
+        mod._x64 = args[0].clone()  # an in-place ReLU overwrites its input
+
+    def after(mod, args, out, name):
+        x, i = mod.__dict__.pop("_x64"), calls[name] - 1
+        seq = decisions.get(name, [])
+        if i >= len(seq) or seq[i].shape != x.shape:
+            return None
+        own = x > 0
+        take = (seq[i] != own) & (x.abs() <= RELU_NEAR_ZERO * x.abs().max())
+        if not bool(take.any()):
+            return None
+        flips[0] += int(take.sum())
+        return x * torch.where(take, seq[i], own).to(x.dtype)
+
+    for name, mod in m64.named_modules():
+        if decisions is not None and type(mod) is torch.nn.ReLU:
+            mod.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name))
+            mod.register_forward_hook(lambda m, a, o, name=name: after(m, a, o, name))
+    to64 = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
+    c64 = (cand[0], tree_map(to64, cand[1]), tree_map(to64, cand[2]))
+    torch.manual_seed(0)
+    loss = _loss_of(call(m64, c64, rng_log))
+    loss.backward()
+    return dict(flatten({"loss": loss.detach().double(),
+                         "grad": {n: p.grad for n, p in m64.named_parameters() if p.grad is not None}})), flips[0]
+
+
+def _judge_step(tpu_out, ref64, cpu_runs, tpu_ref=None):
     """(ok, worst): whether every tpu loss/gradient is within 2x the CPU float32 error (the
     largest over cpu_runs) of the float64 step, plus the absolute tolerance; worst = (error
-    / bound, path, tpu error, cpu error) of the output nearest its bound."""
+    / bound, path, tpu error, cpu error) of the output nearest its bound. tpu_ref: the
+    float64 step the tpu is measured against (default ref64, which the CPU always is)."""
     worst = (0.0, None, 0.0, 0.0)
     ok = set(tpu_out) == set(cpu_runs[0])
+    tpu_ref = ref64 if tpu_ref is None else tpu_ref
     for path, t in tpu_out.items():
-        r, c = ref64.get(path), cpu_runs[0].get(path)
-        if r is None or c is None or r.shape != t.shape or not t.is_floating_point():
+        r, c, rt = ref64.get(path), cpu_runs[0].get(path), tpu_ref.get(path)
+        if r is None or c is None or rt is None or r.shape != t.shape or rt.shape != t.shape or not t.is_floating_point():
             return False, worst
         atol = tol(c.dtype)[0]
         if path.startswith("grad.") and c.numel():
             atol *= max(1.0, float(c.double().abs().nan_to_num(0, 0, 0).max()))
-        et = float((t.double() - r).abs().nan_to_num(0, 0, 0).max())
+        et = float((t.double() - rt).abs().nan_to_num(0, 0, 0).max())
         ec = max(float((run[path].double() - r).abs().nan_to_num(0, 0, 0).max())
                  for run in cpu_runs if path in run and run[path].shape == r.shape)
         bound = 2 * ec + atol
         if et / bound > worst[0]:
             worst = (et / bound, path, et, ec)
-        if et > bound or bool((t.isnan() != r.isnan()).any()):
+        if et > bound or bool((t.isnan() != rt.isnan()).any()):
             ok = False
     return ok, worst
 
