@@ -9,7 +9,7 @@ import re
 import subprocess
 import time
 
-from .runner import MODEL_TOL_FACTOR, MODES
+from .runner import MODEL_TOL_FACTOR, MODES, RELU_NEAR_ZERO
 
 SOURCES = ("transformers", "timm", "torchvision")
 CAUSES = ("unsupported_op", "cpu_fallback", "mismatch", "exception", "timeout")
@@ -174,7 +174,10 @@ def render(results_path, out_path, enumerated=None):
               "error vs float64 is at most 2x the CPU float32's own error (the larger of its step "
               "at the validation's one thread and at every core, which split long sums differently) "
               "plus the comparison's absolute tolerance (scaled by the gradient's largest magnitude). "
-              "Such differences "
+              "Where that fails, the tpu is measured against the float64 step that takes the tpu's "
+              f"own decision at ReLU inputs within {RELU_NEAR_ZERO:g} of their tensor's largest |input| of zero "
+              "(an input at -2.4e-8 that rounds to +7.8e-9 sends the gradient down another path); "
+              "the CPU stays measured against the plain float64 step. Such differences "
               "come from a ReLU whose input rounds to either side of zero or a long sum in "
               "another order, where the CPU's float32 is no closer to the exact step; a tpu "
               "gradient further from float64 than that still fails (tests/test_validation_runner.py): "

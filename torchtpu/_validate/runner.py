@@ -29,9 +29,10 @@ MODEL_TOL_FACTOR = 10.0
 # The training step's float64 re-check runs only while the model has used less than this
 # (of the per-model timeout, 180 s by default): it costs about one more CPU step.
 RECHECK_BUDGET_S = 100
-# A ReLU input within this fraction of its tensor's largest |input| of zero is a decision
-# float32 rounding can take either way (_step64 with the tpu's decisions).
-RELU_NEAR_ZERO = 1e-5
+# A ReLU input within this fraction of its tensor's largest |input| of zero (about 8 float32
+# ulps of it) is a decision float32 rounding can take either way (_step64 with the tpu's
+# decisions).
+RELU_NEAR_ZERO = 1e-6
 
 
 def tol(dtype):
