@@ -34,10 +34,11 @@
 /* A running sum takes at most KFOLD products before it is added into the element's total
  * (into C itself on the packed path). Rounding error grows with the length of a running
  * sum, since each addition rounds at the sum's magnitude: summing a whole K block (up to
- * 512 products; on the few-rows path all of K) in one register gave 1.1-4.2x the rms
+ * 512 products; on the few-rows path all of K) in one register gave 1.1-4.4x the rms
  * error vs float64 of PyTorch CPU's matmul and made a 512-channel Winograd convolution
- * 3.0x as far off as CPU's direct one; folding every 128 gives 0.72-0.85x and 1.6x, for
- * about 2% of the packed path's speed (docs/benchmarks.md, "GEMM accuracy"). */
+ * 3.0x as far off as CPU's direct one; folding every 128 gives 0.57-0.88x and 1.6x, for
+ * about 2% of the packed path's speed (bench/gemm_accuracy.py; docs/benchmarks.md, stop
+ * 35, "GEMM accuracy"). */
 #define KFOLD 128
 
 /* tot[i] += acc[i], then acc[i] = 0, for n accumulators */
@@ -194,12 +195,11 @@ AVX512_TARGET static void small_rows_block(void* ctx, int64_t blk, int tid) {
   __mmask16 m[NV];
   for (int v = 0; v < NV; ++v) m[v] = tpu__avx512_lanes(nr - 16 * v);
   __m512 acc[SMALL_M][NV];
+  __m512 tot[SMALL_M][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < SMALL_M; ++i)
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
-  __m512 tot[SMALL_M][NV];
-  memcpy(tot, acc, sizeof tot); /* zero */
+    for (int v = 0; v < NV; ++v) acc[i][v] = tot[i][v] = _mm512_setzero_ps();
   for (int64_t k0 = 0; k0 < s->K; k0 += KFOLD) {
     int64_t k1 = s->K - k0 < KFOLD ? s->K : k0 + KFOLD;
     for (int64_t k = k0; k < k1; ++k) {
@@ -284,13 +284,11 @@ AVX512_TARGET static void dot_block(void* ctx, int64_t t, int tid) {
       int mr = (int)(i1 - i < DOT_MR ? i1 - i : DOT_MR);
       const float* ar[DOT_MR];
       for (int r = 0; r < DOT_MR; ++r) ar[r] = s->a + (i + (r < mr ? r : mr - 1)) * s->sam;
-      __m512 acc[DOT_MR][DOT_NJ];
+      __m512 acc[DOT_MR][DOT_NJ], tot[DOT_MR][DOT_NJ]; /* lane l: k = l mod 16, in runs of KFOLD */
 #pragma GCC unroll 8
       for (int r = 0; r < DOT_MR; ++r)
 #pragma GCC unroll 8
-        for (int c = 0; c < DOT_NJ; ++c) acc[r][c] = _mm512_setzero_ps();
-      __m512 tot[DOT_MR][DOT_NJ]; /* lane l sums k = l mod 16 in runs of KFOLD */
-      memcpy(tot, acc, sizeof tot); /* zero */
+        for (int c = 0; c < DOT_NJ; ++c) acc[r][c] = tot[r][c] = _mm512_setzero_ps();
       int64_t k = 0;
       while (k + 16 <= K) {
         int64_t stop = K - k < 16 * KFOLD ? K : k + 16 * KFOLD;
