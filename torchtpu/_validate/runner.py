@@ -196,6 +196,11 @@ def _loss_of(out):
     return torch.stack(terms).sum()
 
 
+def _on_tpu(cand):
+    """An input candidate (kind, args, kwargs) with its tensors moved to tpu."""
+    return (cand[0], tree_map(lambda t: t.to("tpu"), cand[1]), tree_map(lambda t: t.to("tpu"), cand[2]))
+
+
 def run_on_tpu(model, cand, expected, mode, train_ref=None, rng_log=None):
     """Runs the model on tpu in `mode`; returns a mode result dict."""
     import torchtpu
@@ -210,7 +215,7 @@ def run_on_tpu(model, cand, expected, mode, train_ref=None, rng_log=None):
         broken = broken_ties(model, dev_model)
         if broken:
             res["ties_broken"] = broken
-        dev_cand = (cand[0], tree_map(lambda t: t.to("tpu"), cand[1]), tree_map(lambda t: t.to("tpu"), cand[2]))
+        dev_cand = _on_tpu(cand)
         if train_ref is None:
             with torch.no_grad():
                 out = call(dev_model, dev_cand, rng_log)
@@ -579,7 +584,7 @@ def _relu_decisions(model, cand, mode, rng_log=None):
     prev = torchtpu.get_eager_mode()
     try:
         torchtpu.set_eager_mode(mode)
-        dev_cand = (cand[0], tree_map(lambda t: t.to("tpu"), cand[1]), tree_map(lambda t: t.to("tpu"), cand[2]))
+        dev_cand = _on_tpu(cand)
         torch.manual_seed(0)
         with torch.no_grad():
             call(dev_model, dev_cand, rng_log)
