@@ -13,12 +13,12 @@ PYTHONPATH, alternating in fresh processes (docs/benchmarks.md, "GEMM accuracy")
 """
 import argparse
 import math
-import time
 
 import torch
 import torch.nn.functional as F
 
 import torchtpu
+from _timing import best_per_call
 
 MATMUL = [  # M, N, K, B transposed, path
     (512, 1024, 1024, False, "packed"),
@@ -49,22 +49,14 @@ def row(name, path, cpu, tpu, ref):
 
 def speed():
     torchtpu.set_eager_mode("strict")
+    dev = torch.device("tpu")
     out = []
     for M, N, K, bt, path in MATMUL + [(6, 1024, 1024, False, "few rows")]:
         g = torch.Generator().manual_seed(0)
-        a = torch.randn(M, K, generator=g).to("tpu")
-        b = (torch.randn(N, K, generator=g).t() if bt else torch.randn(K, N, generator=g)).to("tpu")
-        for _ in range(3):
-            (a @ b).sum().item()
-        best = math.inf
-        for _ in range(5):
-            torch.tpu.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(10):
-                a @ b
-            torch.tpu.synchronize()
-            best = min(best, (time.perf_counter() - t0) / 10)
-        out.append(f"{M}x{K}@{K}x{N}{'T' if bt else ''} {2 * M * N * K / best / 1e9:.0f}")
+        a = torch.randn(M, K, generator=g).to(dev)
+        b = (torch.randn(N, K, generator=g).t() if bt else torch.randn(K, N, generator=g)).to(dev)
+        t = best_per_call(lambda: a @ b, dev, reps=5, calls=10)
+        out.append(f"{M}x{K}@{K}x{N}{'T' if bt else ''} {2 * M * N * K / t / 1e9:.0f}")
     print("tpu GFLOP/s:", "; ".join(out))
 
 

@@ -1031,19 +1031,15 @@ def test_decomposition_non_finite(fn, shape):
     assert str(cpu_err.value) in str(tpu_err.value), (str(cpu_err.value), str(tpu_err.value))
 
 
-def _has_avx512():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return " avx512f " in f.read().replace("\n", " ")
-    except OSError:
-        return False
+# ATen's CPU capability needs the same AVX512F/BW/VL/DQ as libtpurt's f32 GEMM
+AVX512_GEMM = torch.backends.cpu.get_cpu_capability() == "AVX512"
 
 
 def _rms_err(x, ref):
     return (x.double() - ref).pow(2).mean().sqrt().item()
 
 
-@pytest.mark.skipif(not _has_avx512(), reason="the AVX-512 f32 GEMM (elsewhere OpenBLAS's sgemm runs)")
+@pytest.mark.skipif(not AVX512_GEMM, reason="the AVX-512 f32 GEMM (elsewhere OpenBLAS's sgemm runs)")
 @pytest.mark.parametrize("M,N,K,bt", [(512, 256, 2048, False),  # packed
                                       (4, 512, 4096, False),    # few rows, B read in place
                                       (4, 512, 4096, True),     # dot products
@@ -1059,7 +1055,7 @@ def test_f32_matmul_error_at_most_cpus(M, N, K, bt, native):
     assert _rms_err((a.to(DEV) @ b.to(DEV)).cpu(), ref) <= _rms_err(a @ b, ref)
 
 
-@pytest.mark.skipif(not _has_avx512(), reason="the AVX-512 f32 GEMM (elsewhere OpenBLAS's sgemm runs)")
+@pytest.mark.skipif(not AVX512_GEMM, reason="the AVX-512 f32 GEMM (elsewhere OpenBLAS's sgemm runs)")
 def test_winograd_conv_error_within_2x_cpus(native):
     """A 512-channel 3x3 convolution runs Winograd F(2x2, 3x3), whose 16 products per tile
     sum over the input channels and are then combined: its rms error vs float64 stays
