@@ -241,6 +241,52 @@ def test_shape_mismatch_error_names_op():
         torch.ones(3, device="tpu") + torch.ones(4, device="tpu")
 
 
+STORAGE_ONLY = [torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.float8_e5m2,
+                torch.float8_e4m3fn, torch.float8_e5m2fnuz, torch.float8_e4m3fnuz]
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+@pytest.mark.parametrize("dtype", STORAGE_ONLY, ids=str)
+def test_storage_only_dtypes_copy_and_fall_back(dtype):
+    """Dtypes without tpu kernels still live on the device: copies in and out, strided
+    copies on the device, conversions (through the host) and ops (on the CPU fallback)."""
+    x = (torch.randn(5, 7) * 10 if dtype.is_floating_point or dtype.is_complex
+         else torch.randint(0, 1000, (5, 7))).to(dtype)
+
+    def same(a, b):  # bit for bit
+        bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return a.dtype == b.dtype and torch.equal(a.flatten().view(bits), b.flatten().view(bits))
+    t = x.to("tpu")
+    assert t.dtype == dtype and same(t.cpu(), x)
+    assert same(t.t().contiguous().cpu(), x.t().contiguous())  # a strided copy on the device
+    assert same(t[1:4, ::2].clone().cpu(), x[1:4, ::2].clone())
+    assert same(x.t().to("tpu").cpu(), x.t())
+    assert same(t.float().cpu(), x.float()) and same(t.float().to(dtype).cpu(), x)  # via the host
+    if dtype == torch.complex32:
+        assert same(t.conj().resolve_conj().cpu(), x.conj().resolve_conj())
+        assert same(t.conj().cpu().resolve_conj(), x.conj().resolve_conj())
+    # ops: the CPU fallback runs them (an op with a tpu kernel refuses the dtype first), so
+    # the outcome is CPU's, its own errors included (CPU has no add for uint64 either)
+    for op in (torch.hash_tensor, lambda v: v + v, lambda v: v.sum()):
+        try:
+            want = op(x)
+        except Exception as e:  # noqa: BLE001
+            with pytest.raises(type(e)):
+                op(t)
+        else:
+            assert same(op(t).cpu(), want)
+
+
+def test_mode_out():
+    x = torch.tensor([[1.0, 2.0, 2.0, 3.0], [5.0, 5.0, 1.0, 1.0]])
+    values, indices = torch.empty(0, device="tpu"), torch.empty(0, dtype=torch.long, device="tpu")
+    r = torch.mode(x.to("tpu"), 1, out=(values, indices))
+    ev, ei = torch.mode(x, 1)
+    assert r[0] is values and torch.equal(values.cpu(), ev) and torch.equal(indices.cpu(), ei)
+    with pytest.raises(RuntimeError, match="values of dtype Float"):
+        torch.mode(x.to("tpu"), 1, out=(values.long(), indices))
+
+
 def test_fallback_counted_and_refusable():
     torchtpu.reset_fallback_report()
     x = torch.tensor([4.0, 9.0], device="tpu")

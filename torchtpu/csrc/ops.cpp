@@ -544,9 +544,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
               "copy_: cannot copy a tensor of shape ", self.sizes(), " into ", dst.sizes());
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
-  for (const at::Tensor* t : {&self, &dst})
+  for (const at::Tensor* t : {&self, &dst})  // (storage-only dtypes included)
     TORCH_CHECK_NOT_IMPLEMENTED(t->device().type() != kTpu ||
-                                tpu_dtype_is_supported(static_cast<tpu_dtype_t>(t->scalar_type())),
+                                tpu_dtype_size(static_cast<tpu_dtype_t>(t->scalar_type())) != 0,
         "copy between ", self.device().str(), " and ", dst.device().str(), ": dtype ",
         t->scalar_type(), " is not supported on tpu");
   // Conjugate / negative bits: the values written are self's logical values, stored
@@ -562,7 +562,15 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       return copy_from(host, dst, non_blocking);
     }
     tpu_view_t dv = view_of(dst), sv = view_of(self);
-    check(tpu_copy_math(&dv, &sv, conj, neg));  // libtpurt's copy node: broadcast + dtype cast
+    tpu_status_t st = tpu_copy_math(&dv, &sv, conj, neg);  // libtpurt's copy node: broadcast + dtype cast
+    if (tpu_status_code(st) == TPU_UNIMPLEMENTED) {  // a storage-only dtype's conversion: on the CPU
+      tpu_status_free(st);
+      // (not self.cpu(): for a conjugated self that resolves the bit on tpu first, here again)
+      at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
+      copy_from(self, host, false);
+      return copy_from(host, dst, non_blocking);
+    }
+    check(st);
     name_heuristic_cuts();
     return dst;
   }
@@ -658,6 +666,23 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return dense(self) && dense(from);
 }
 
+// mode.values is CompositeExplicitAutograd in ATen, with a kernel that accepts CPU, CUDA
+// and XPU tensors only: for tpu, mode itself (the table's or the fallback's) copied into
+// the out= tensors, checked as ATen's out= ops check them.
+std::tuple<at::Tensor&, at::Tensor&> mode_values(const at::Tensor& self, int64_t dim, bool keepdim,
+                                                 at::Tensor& values, at::Tensor& indices) {
+  TORCH_CHECK(values.scalar_type() == self.scalar_type(), "mode(): expected out= values of dtype ",
+              self.scalar_type(), ", got ", values.scalar_type());
+  TORCH_CHECK(indices.scalar_type() == at::kLong, "mode(): expected out= indices of dtype Long, got ",
+              indices.scalar_type());
+  auto [v, i] = at::mode(self, dim, keepdim);
+  at::native::resize_output(values, v.sizes());
+  at::native::resize_output(indices, i.sizes());
+  values.copy_(v);
+  indices.copy_(i);
+  return {values, indices};
+}
+
 }  // namespace
 
 std::vector<std::string> g_native, g_skipped;
@@ -684,6 +709,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("mode.values", mode_values);
   // The "better transformer" fast path: nn.MultiheadAttention / nn.TransformerEncoderLayer
   // in eval call ATen's _native_multi_head_attention (CPU) and
   // _transformer_encoder_layer_fwd, compositions of dispatcher ops registered for tpu as

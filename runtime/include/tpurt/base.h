@@ -65,12 +65,27 @@ typedef enum tpu_dtype_e {
   TPU_DTYPE_C128 = 10, /* complex128: interleaved (re, im) float64 pairs */
   TPU_DTYPE_BOOL = 11,
   TPU_DTYPE_BF16 = 15,
+  /* Storage-only dtypes: tensors of these live on the device and copy to and from the
+   * host and within the device in their own dtype; no kernel computes with them (ops on
+   * them take the CPU fallback, conversions go through the host). */
+  TPU_DTYPE_C32 = 8, /* complex32 (ComplexHalf) */
+  TPU_DTYPE_F8_E5M2 = 23,
+  TPU_DTYPE_F8_E4M3FN = 24,
+  TPU_DTYPE_F8_E5M2FNUZ = 25,
+  TPU_DTYPE_F8_E4M3FNUZ = 26,
+  TPU_DTYPE_U16 = 27,
+  TPU_DTYPE_U32 = 28,
+  TPU_DTYPE_U64 = 29,
+  TPU_DTYPE_F8_E8M0FNU = 44,
+  TPU_DTYPE_F4_E2M1FN_X2 = 45,
+  TPU_DTYPE_BC32 = 46, /* complex with bfloat16 parts */
   TPU_DTYPE_INVALID = -1,
 } tpu_dtype_t;
 
-size_t tpu_dtype_size(tpu_dtype_t dtype);       /* 0 for unsupported */
+size_t tpu_dtype_size(tpu_dtype_t dtype);       /* 0 for a dtype the device cannot hold */
 const char* tpu_dtype_name(tpu_dtype_t dtype);  /* "float32", ... */
-bool tpu_dtype_is_supported(tpu_dtype_t dtype);
+bool tpu_dtype_is_supported(tpu_dtype_t dtype); /* kernels compute with it */
+bool tpu_dtype_is_storage_only(tpu_dtype_t dtype);
 bool tpu_dtype_is_floating(tpu_dtype_t dtype);
 bool tpu_dtype_is_integral(tpu_dtype_t dtype, bool include_bool);
 bool tpu_dtype_is_complex(tpu_dtype_t dtype);

@@ -32,11 +32,16 @@ static tpu_status_t want(tpu_build_t* b, int i, const char* what) {
                   a ? kind_name(a->kind) : "missing");
 }
 
+tpu_status_t tpu__arg_dtype_err(tpu_build_t* b, int i, tpu_dtype_t d) {
+  char what[32];
+  snprintf(what, sizeof what, "argument %d", i);
+  return tpu__err_dtype(b, d, what);
+}
+
 tpu_status_t tpu__arg_tensor(tpu_build_t* b, int i, const tpu_view_t** out) {
   const tpu_arg_t* a = tpu__arg(b, i);
   if (!a || a->kind != TPU_ARG_TENSOR) return want(b, i, "Tensor");
-  if (!tpu_dtype_is_supported(a->tensor.dtype))
-    return tpu__err(b, TPU_TYPE_ERROR, "dtype of argument %d is not supported on tpu", i);
+  if (!tpu_dtype_is_supported(a->tensor.dtype)) return tpu__arg_dtype_err(b, i, a->tensor.dtype);
   *out = &a->tensor;
   return NULL;
 }
@@ -113,8 +118,7 @@ tpu_status_t tpu__input_from_arg(tpu_build_t* b, int i) {
   const tpu_arg_t* a = tpu__arg(b, i);
   if (!a) return want(b, i, "Tensor or Number");
   if (a->kind == TPU_ARG_TENSOR) {
-    if (!tpu_dtype_is_supported(a->tensor.dtype))
-      return tpu__err(b, TPU_TYPE_ERROR, "dtype of argument %d is not supported on tpu", i);
+    if (!tpu_dtype_is_supported(a->tensor.dtype)) return tpu__arg_dtype_err(b, i, a->tensor.dtype);
     return tpu__node_add_input(b->node, &a->tensor);
   }
   double d;
@@ -199,6 +203,13 @@ tpu_status_t tpu__arg_tensor_opt(tpu_build_t* b, int i, const tpu_view_t** out) 
 
 tpu_status_t tpu__node_add_opt(tpu_build_t* b, const tpu_view_t* v) {
   return v ? tpu__node_add_input(b->node, v) : tpu__node_add_absent(b->node);
+}
+
+tpu_status_t tpu__err_dtype(tpu_build_t* b, tpu_dtype_t d, const char* what) {
+  if (tpu_dtype_is_storage_only(d))
+    return tpu__err(b, TPU_UNIMPLEMENTED, "%s is %s, which tpu stores but has no kernels for", what,
+                    tpu_dtype_name(d));
+  return tpu__err(b, TPU_TYPE_ERROR, "dtype of %s is not supported on tpu", what);
 }
 
 tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t) {

@@ -95,6 +95,11 @@ tpu_status_t tpu__arg_bool_mask(tpu_build_t* b, int i, int want, bool* mask);
  * reduced float (bf16/f16). *mixed says whether the call is mixed. */
 tpu_status_t tpu__norm_params_mixed(tpu_build_t* b, tpu_dtype_t x, const tpu_view_t* p1,
                                     const tpu_view_t* p2, bool* mixed);
+/* A tensor argument of a dtype no kernel computes with: UNIMPLEMENTED for the storage-only
+ * dtypes (uint16/32/64, complex32, float8: the CPU fallback runs the op), else TypeError.
+ * `what` names the argument ("argument 1", "tensor 3"). */
+tpu_status_t tpu__err_dtype(tpu_build_t* b, tpu_dtype_t d, const char* what);
+tpu_status_t tpu__arg_dtype_err(tpu_build_t* b, int i, tpu_dtype_t d); /* "argument i" */
 /* UNIMPLEMENTED with ATen's message: "<kernel>" not implemented for '<dtype>'. */
 tpu_status_t tpu__err_not_implemented_for(tpu_build_t* b, const char* kernel, tpu_dtype_t t);
 

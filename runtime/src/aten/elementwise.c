@@ -136,8 +136,7 @@ static tpu_status_t build_ew(tpu_build_t* b) {
       return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be Tensor or Number, not None", i);
     }
     if (a->kind == TPU_ARG_TENSOR) {
-      if (!tpu_dtype_is_supported(a->tensor.dtype))
-        return tpu__err(b, TPU_TYPE_ERROR, "dtype of argument %d is not supported on tpu", i);
+      if (!tpu_dtype_is_supported(a->tensor.dtype)) return tpu__arg_dtype_err(b, i, a->tensor.dtype);
       int64_t tmp[TPU_MAX_DIMS];
       int tn;
       TPU_RETURN_IF_ERROR(tpu__broadcast(b, shape, nd, a->tensor.sizes, a->tensor.ndim, tmp, &tn));

@@ -612,8 +612,11 @@ static tpu_status_t build_cat(tpu_build_t* b) {
   for (int64_t i = 0; i < a->list_len; ++i) {
     const tpu_view_t* t = &a->tensors[i];
     if (!t->storage) return tpu__err(b, TPU_TYPE_ERROR, "expected Tensor as element %lld", (long long)i);
-    if (!tpu_dtype_is_supported(t->dtype))
-      return tpu__err(b, TPU_TYPE_ERROR, "dtype of tensor %lld is not supported on tpu", (long long)i);
+    if (!tpu_dtype_is_supported(t->dtype)) {
+      char what[40];
+      snprintf(what, sizeof what, "tensor %lld", (long long)i);
+      return tpu__err_dtype(b, t->dtype, what);
+    }
     if (t->ndim == 0)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "zero-dimensional tensor (at position %lld) cannot be concatenated",
                       (long long)i);
@@ -956,7 +959,7 @@ static tpu_status_t build_eye(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(out_arg(b, has_m ? 2 : 1, &out));
   if (n < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "n must be greater or equal to 0, got %lld", (long long)n);
   if (m < 0) return tpu__err(b, TPU_INVALID_ARGUMENT, "m must be greater or equal to 0, got %lld", (long long)m);
-  if (!tpu_dtype_is_supported(out->dtype)) return tpu__err(b, TPU_TYPE_ERROR, "unsupported dtype");
+  if (!tpu_dtype_is_supported(out->dtype)) return tpu__err_dtype(b, out->dtype, "out");
   b->node->kind = TPU_KIND_EYE;
   int64_t shape[2] = {n, m};
   tpu__node_add_output(b->node, out->dtype, 2, shape);

@@ -37,8 +37,7 @@ static tpu_status_t arg_dtype_opt(tpu_build_t* b, int i, tpu_dtype_t* out) {
   if (i < 0 || tpu__arg_is_none(b, i)) return NULL;
   int64_t v;
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, i, &v));
-  if (!tpu_dtype_is_supported((tpu_dtype_t)v))
-    return tpu__err(b, TPU_TYPE_ERROR, "dtype %lld is not supported on tpu", (long long)v);
+  if (!tpu_dtype_is_supported((tpu_dtype_t)v)) return tpu__err_dtype(b, (tpu_dtype_t)v, "dtype=");
   *out = (tpu_dtype_t)v;
   return NULL;
 }

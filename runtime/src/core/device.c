@@ -110,6 +110,13 @@ tpu_status_t tpu_copy_math(const tpu_view_t* dst, const tpu_view_t* src, bool co
       return tpu_status_make(TPU_INVALID_ARGUMENT, "copy_: source shape is not broadcastable "
                              "to the destination shape");
   }
+  /* storage-only dtypes: the device copies their bytes; a conversion, conjugation or
+   * negation, or a copy within one buffer, is left to the caller (through the host) */
+  if ((tpu_dtype_is_storage_only(src->dtype) || tpu_dtype_is_storage_only(dst->dtype)) &&
+      (src->dtype != dst->dtype || conj || negate || src->storage == dst->storage))
+    return tpu_status_make(TPU_UNIMPLEMENTED, "copy_: %s -> %s%s on tpu goes through the host",
+                           tpu_dtype_name(src->dtype), tpu_dtype_name(dst->dtype),
+                           conj ? " (conjugated)" : negate ? " (negated)" : "");
   if (tpu_view_numel(dst) == 0) return NULL;
   tpu_node_t* n = tpu__node_create();
   if (!n) return tpu_status_make(TPU_OUT_OF_MEMORY, "host OOM");

@@ -1,5 +1,16 @@
 #include "core/internal.h"
 
+static size_t storage_only_size(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_F8_E5M2: case TPU_DTYPE_F8_E4M3FN: case TPU_DTYPE_F8_E5M2FNUZ:
+    case TPU_DTYPE_F8_E4M3FNUZ: case TPU_DTYPE_F8_E8M0FNU: case TPU_DTYPE_F4_E2M1FN_X2: return 1;
+    case TPU_DTYPE_U16: return 2;
+    case TPU_DTYPE_C32: case TPU_DTYPE_BC32: case TPU_DTYPE_U32: return 4;
+    case TPU_DTYPE_U64: return 8;
+    default: return 0;
+  }
+}
+bool tpu_dtype_is_storage_only(tpu_dtype_t d) { return storage_only_size(d) != 0; }
 size_t tpu_dtype_size(tpu_dtype_t d) {
   switch (d) {
     case TPU_DTYPE_U8: case TPU_DTYPE_I8: case TPU_DTYPE_BOOL: return 1;
@@ -7,7 +18,7 @@ size_t tpu_dtype_size(tpu_dtype_t d) {
     case TPU_DTYPE_I32: case TPU_DTYPE_F32: return 4;
     case TPU_DTYPE_I64: case TPU_DTYPE_F64: case TPU_DTYPE_C64: return 8;
     case TPU_DTYPE_C128: return 16;
-    default: return 0;
+    default: return storage_only_size(d);
   }
 }
 
@@ -25,11 +36,22 @@ const char* tpu_dtype_name(tpu_dtype_t d) {
     case TPU_DTYPE_BF16: return "bfloat16";
     case TPU_DTYPE_C64: return "complex64";
     case TPU_DTYPE_C128: return "complex128";
+    case TPU_DTYPE_C32: return "complex32";
+    case TPU_DTYPE_BC32: return "bcomplex32";
+    case TPU_DTYPE_F8_E5M2: return "float8_e5m2";
+    case TPU_DTYPE_F8_E4M3FN: return "float8_e4m3fn";
+    case TPU_DTYPE_F8_E5M2FNUZ: return "float8_e5m2fnuz";
+    case TPU_DTYPE_F8_E4M3FNUZ: return "float8_e4m3fnuz";
+    case TPU_DTYPE_F8_E8M0FNU: return "float8_e8m0fnu";
+    case TPU_DTYPE_F4_E2M1FN_X2: return "float4_e2m1fn_x2";
+    case TPU_DTYPE_U16: return "uint16";
+    case TPU_DTYPE_U32: return "uint32";
+    case TPU_DTYPE_U64: return "uint64";
     default: return "unsupported dtype";
   }
 }
 
-bool tpu_dtype_is_supported(tpu_dtype_t d) { return tpu_dtype_size(d) != 0; }
+bool tpu_dtype_is_supported(tpu_dtype_t d) { return tpu_dtype_size(d) != 0 && !tpu_dtype_is_storage_only(d); }
 bool tpu_dtype_is_floating(tpu_dtype_t d) {
   return d == TPU_DTYPE_F16 || d == TPU_DTYPE_F32 || d == TPU_DTYPE_F64 || d == TPU_DTYPE_BF16;
 }
@@ -116,6 +138,17 @@ const char* tpu__dtype_c10_name(tpu_dtype_t d) {
     case TPU_DTYPE_BF16: return "BFloat16";
     case TPU_DTYPE_C64: return "ComplexFloat";
     case TPU_DTYPE_C128: return "ComplexDouble";
+    case TPU_DTYPE_C32: return "ComplexHalf";
+    case TPU_DTYPE_BC32: return "BComplex32";
+    case TPU_DTYPE_F8_E5M2: return "Float8_e5m2";
+    case TPU_DTYPE_F8_E4M3FN: return "Float8_e4m3fn";
+    case TPU_DTYPE_F8_E5M2FNUZ: return "Float8_e5m2fnuz";
+    case TPU_DTYPE_F8_E4M3FNUZ: return "Float8_e4m3fnuz";
+    case TPU_DTYPE_F8_E8M0FNU: return "Float8_e8m0fnu";
+    case TPU_DTYPE_F4_E2M1FN_X2: return "Float4_e2m1fn_x2";
+    case TPU_DTYPE_U16: return "UInt16";
+    case TPU_DTYPE_U32: return "UInt32";
+    case TPU_DTYPE_U64: return "UInt64";
     default: return "Undefined";
   }
 }

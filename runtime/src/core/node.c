@@ -217,8 +217,10 @@ tpu_status_t tpu_node_bind_output(tpu_node_t* n, int i, const tpu_view_t* v) {
                              "%s: result type %s can't be cast to the desired output type %s",
                              tpu_node_name(n), tpu__dtype_c10_name(op->dtype), tpu__dtype_c10_name(v->dtype));
   }
-  if (!tpu_dtype_is_supported(v->dtype))
-    return tpu_status_make(TPU_TYPE_ERROR, "%s: unsupported output dtype", tpu_node_name(n));
+  /* storage-only dtypes are written by copies of their own dtype (tpu_copy_math) only */
+  if (!tpu_dtype_is_supported(v->dtype) && !(n->kind == TPU_KIND_COPY && tpu_dtype_is_storage_only(v->dtype)))
+    return tpu_status_make(tpu_dtype_is_storage_only(v->dtype) ? TPU_UNIMPLEMENTED : TPU_TYPE_ERROR,
+                           "%s: output dtype %s is not supported on tpu", tpu_node_name(n), tpu_dtype_name(v->dtype));
   if (n->out_bound[i]) tpu__value_release(op->value);
   operand_from_view(op, v);
   n->out_bound[i] = true;
