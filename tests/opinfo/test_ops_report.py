@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from torchtpu import _opinfo as oi
 
@@ -34,3 +35,37 @@ def test_crash_is_recorded_and_sweep_resumes(tmp_path):
     assert len(again) == len(recs)
     doc = (tmp_path / "ops.md").read_text()
     assert "## Totals" in doc and "`add`" in doc
+
+
+def test_ties_accept_another_correct_answer_only():
+    """sort/argsort/topk indices differ from CPU's only among equal elements: accepted when
+    they are a correct answer, rejected when they pick an element twice or a wrong one."""
+    from torch.testing._internal.opinfo.core import SampleInput
+    x = torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0]])
+    s = SampleInput(x, args=(2,))  # topk(x, 2)
+    e = torch.topk(x, 2)
+    ok = lambda a: oi._valid_up_to_ties("topk", s, "op", a, e, torch.float32)  # noqa: E731
+    assert e.indices.tolist() != [[1, 4]] and ok((e.values, torch.tensor([[1, 4]])))
+    assert not ok((e.values, torch.tensor([[2, 2]])))  # an element twice
+    assert not ok((e.values, torch.tensor([[2, 3]])))  # x[3] = 2 is not a top value
+    assert not ok((torch.tensor([[3.0, 2.0]]), torch.tensor([[1, 3]])))  # values not CPU's
+    sort = SampleInput(x, kwargs=dict(dim=1, stable=True))
+    e = torch.sort(x, dim=1, stable=True)
+    assert not oi._valid_up_to_ties("sort", sort, "op", (e.values, torch.tensor([[0, 3, 4, 2, 1]])), e,
+                                    torch.float32)  # stable=True fixes the order
+    sort = SampleInput(x, kwargs=dict(dim=1))
+    assert oi._valid_up_to_ties("sort", sort, "op", (e.values, torch.tensor([[0, 3, 4, 2, 1]])), e,
+                                torch.float32)
+    # gradients: the same values, permuted among equal input elements only
+    g = torch.tensor([[0.0, 0.5, 0.0, 0.0, 0.25]])
+    assert oi._valid_up_to_ties("topk", s, "grad", [torch.tensor([[0.0, 0.25, 0.5, 0.0, 0.0]])], [g], torch.float32)
+    assert not oi._valid_up_to_ties("topk", s, "grad", [torch.tensor([[0.25, 0.5, 0.0, 0.0, 0.0]])], [g],
+                                    torch.float32)
+
+
+def test_out_tensors_start_equal_on_both_devices():
+    """An op that leaves out= unwritten everywhere (ATen's 1-D fft.ihfftn) compares equal;
+    one whose tpu kernel skipped the write would not (NaN against a value)."""
+    a, b = oi._empty_like_out(torch.zeros(3), "cpu"), oi._empty_like_out(torch.zeros(3), "tpu")
+    assert torch.equal(a.isnan(), torch.ones(3, dtype=torch.bool)) and b.cpu().isnan().all()
+    assert oi._empty_like_out(torch.zeros(2, dtype=torch.long), "cpu").tolist() == [7, 7]
