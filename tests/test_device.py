@@ -241,6 +241,34 @@ def test_shape_mismatch_error_names_op():
         torch.ones(3, device="tpu") + torch.ones(4, device="tpu")
 
 
+@pytest.mark.parametrize("call", [
+    lambda a: a[:1].expand(4).add_(1),  # an in-place write into an expanded tensor
+    lambda a: torch.add(a[:4], 1, out=a[2:]),  # out= partly over an input
+    lambda a: a[1:].add_(a[:-1]),  # in place, partly over another input
+    lambda a: torch.index_select(a, 0, torch.tensor([0, 1], device=a.device), out=a[:2]),
+    lambda a: torch.gather(a, 0, torch.tensor([0, 2], device=a.device), out=a),  # out= is the input
+    lambda a: torch.take(a, torch.tensor([0, 1], device=a.device), out=a[:1].expand(2)),  # (CPU fallback)
+    lambda a: a.view(2, 1, 3).ldexp_(torch.ones(2, 2, 3, device=a.device)),  # ldexp.out(self, out=self)
+], ids=["inplace-expanded", "out-partial", "inplace-partial", "index_select", "gather-out-is-input",
+        "fallback-take", "out-is-input-no-resize"])
+def test_overlapping_writes_raise_as_on_cpu(call):
+    """ATen's memory-overlap rules: a written tensor whose elements share memory, or that
+    partly overlaps an input, is refused (kernels would read what they already wrote);
+    an out= that is exactly an input only for elementwise ops; an out= that is also an input
+    is not resized. The same call raises on CPU."""
+    with pytest.raises(RuntimeError):
+        call(torch.arange(6.0))
+    with pytest.raises(RuntimeError):
+        call(torch.arange(6.0, device="tpu"))
+
+
+def test_elementwise_writes_over_their_own_input():
+    a = torch.arange(6.0, device="tpu")
+    torch.add(a, 1, out=a)
+    a.mul_(a)
+    assert a.cpu().tolist() == [1.0, 4.0, 9.0, 16.0, 25.0, 36.0]
+
+
 STORAGE_ONLY = [torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.float8_e5m2,
                 torch.float8_e4m3fn, torch.float8_e5m2fnuz, torch.float8_e4m3fnuz]
 

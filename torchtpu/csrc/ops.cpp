@@ -7,6 +7,7 @@
 // small set of ops every PrivateUse1 backend must provide (allocation, views, copies,
 // resize, set_, item) and the counted CPU fallback.
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/native/CPUFallback.h>
@@ -253,6 +254,32 @@ void OpKernel::convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, co
   }
 }
 
+// ATen's memory-overlap rules for the tensors an op writes (TensorIterator's, and
+// assert_no_overlap in the kernels that gather or concatenate): a written tensor whose
+// elements share memory (an expanded tensor) is refused, as is one that partly overlaps an
+// input; one that is exactly an input only when the kernel allows it (may_alias:
+// tpu_node_may_alias_input). Without these, kernels read what they already overwrote.
+void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, const at::Tensor& w,
+                   bool may_alias, bool in_place) {
+  if (at::has_internal_overlap(w) == at::MemOverlap::Yes)
+    TORCH_CHECK(false, name, ": unsupported operation: more than one element of the written-to tensor "
+                "refers to a single memory location. Please clone() the tensor before performing the operation.");
+  auto against = [&](const at::Tensor& in) {
+    if (!in.defined() || (in.is_same(w) && may_alias)) return;
+    auto st = at::get_overlap_status(w, in);
+    TORCH_CHECK(st != at::MemOverlapStatus::Partial && (may_alias || st != at::MemOverlapStatus::Full), name,
+                ": unsupported operation: some elements of the input tensor and the written-to tensor refer to "
+                "a single memory location. Please clone() the tensor before performing the operation.");
+  };
+  for (const auto& a : args) {
+    if (a.isTensor()) {
+      if (!in_place || !a.toTensor().is_same(w)) against(a.toTensor());  // (in place: self itself)
+    } else if (a.isTensorList()) {
+      for (const auto& t : a.toTensorList()) against(t);
+    }
+  }
+}
+
 void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, n_args);
   c10::DeviceIndex dev = device_of_args(args);
@@ -303,6 +330,9 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   int n_out = tpu_node_output_count(node);
   c10::SmallVector<at::Tensor, 4> outs(n_out);
   try {
+    const bool may_alias = variant != TPU_VARIANT_FUNCTIONAL && tpu_node_may_alias_input(node);
+    const auto ins = args.slice(0, n_args - n_out_args);
+    for (int w : written_args) check_overlap(name, ins, args[w].toTensor(), may_alias, true);
     for (int i = 0; i < n_out; ++i) {
       tpu_dtype_t dt;
       int32_t nd;
@@ -316,7 +346,15 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
         outs[i] = args[n_args - n_out_args + i].toTensor();
         TORCH_CHECK(outs[i].device().type() == kTpu, name, ": out= tensor must be on tpu, got ",
                     outs[i].device().str());
-        at::native::resize_output(outs[i], shape);
+        // an out= tensor that is also an input is read and written: ATen does not resize it
+        // (ldexp_ and addr_ come here as their out= forms with out = self)
+        if (outs[i].sizes() != shape)
+          for (int k = 0; k < n_args - n_out_args; ++k)
+            TORCH_CHECK(!args[k].isTensor() || !args[k].toTensor().is_same(outs[i]), name,
+                        ": output with shape ", outs[i].sizes(), " doesn't match the broadcast shape ", shape);
+        // before resizing (TensorIterator's order) and after (structured kernels')
+        check_overlap(name, ins, outs[i], may_alias, false);
+        if (at::native::resize_output(outs[i], shape)) check_overlap(name, ins, outs[i], may_alias, false);
       } else {
         outs[i] = empty_on(shape, static_cast<at::ScalarType>(dt), dev);
       }
@@ -454,6 +492,15 @@ void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* 
   if (first && mode == "warn")
     TORCH_WARN(name, " is not implemented natively for tpu; running it on the CPU "
                "(slow: data moves to the host and back). See torchtpu.fallback_report().");
+  {  // the CPU kernel sees host copies, which never overlap: check the tpu tensors here
+     // (full overlap with an input is left alone: most ops allow it)
+    auto args = torch::jit::last(*stack, static_cast<int64_t>(s.arguments().size()));
+    for (size_t i = 0; i < s.arguments().size(); ++i) {
+      const auto& a = s.arguments()[i];
+      if (a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() && args[i].toTensor().defined())
+        check_overlap(name, a.is_out() ? args.slice(0, i) : args, args[i].toTensor(), true, !a.is_out());
+    }
+  }
   auto t0 = std::chrono::steady_clock::now();
   at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
   if (site.active) {

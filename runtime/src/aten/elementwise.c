@@ -326,12 +326,17 @@ static tpu_status_t p_clamp(tpu_build_t* b, tpu_dtype_t* c, int* f, int present)
   if (!b->node->ia[1] || !b->node->ia[2]) *f &= ~EW_NOBOOL;
   return NULL;
 }
+/* clamp_min/clamp_max: ATen's Scalar-bound kernels have no bool (its Tensor ones do) */
 static tpu_status_t p_clamp_min(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
   b->node->ia[1] = 1;
+  if (*c == TPU_DTYPE_BOOL && tpu__arg(b, 1)->kind != TPU_ARG_TENSOR)
+    return tpu__err_not_implemented_for(b, "clamp_min_scalar_cpu", *c);
   return NULL;
 }
 static tpu_status_t p_clamp_max(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
   b->node->ia[2] = 1;
+  if (*c == TPU_DTYPE_BOOL && tpu__arg(b, 1)->kind != TPU_ARG_TENSOR)
+    return tpu__err_not_implemented_for(b, "clamp_max_scalar_cpu", *c);
   return NULL;
 }
 

@@ -90,9 +90,11 @@ static tpu_status_t build_gather(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_int(b, 1, &dim64));
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 2, &index));
   TPU_RETURN_IF_ERROR(tpu__wrap_dim(b, dim64, self->ndim, &dim));
-  if (!is_index_dtype(index->dtype))
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "gather(): Expected dtype int32/int64 for index");
-  TPU_RETURN_IF_ERROR(sg_shape_check(b, self, dim, index, NULL, true));
+  if (tpu_view_numel(index) != 0) { /* ATen checks neither for an empty index */
+    if (!is_index_dtype(index->dtype))
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "gather(): Expected dtype int32/int64 for index");
+    TPU_RETURN_IF_ERROR(sg_shape_check(b, self, dim, index, NULL, true));
+  }
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, self));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, index));
   b->node->kind = TPU_KIND_GATHER;
@@ -123,7 +125,7 @@ static tpu_status_t build_scatter(tpu_build_t* b) {
     if (src->dtype != self->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected self.dtype to be equal to src.dtype", what);
   }
-  if (!is_index_dtype(index->dtype))
+  if (!is_index_dtype(index->dtype) && tpu_view_numel(index) != 0) /* (none for an empty index) */
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected dtype int32/int64 for index", what);
   int red = flags & SC_ADD ? RED_SUM : RED_NONE;
   bool include_self = true;
@@ -147,7 +149,7 @@ static tpu_status_t build_scatter(tpu_build_t* b) {
       TPU_RETURN_IF_ERROR(tpu__arg_bool_opt(b, 5, true, &include_self));
     }
   }
-  TPU_RETURN_IF_ERROR(sg_shape_check(b, self, dim, index, src, false));
+  if (tpu_view_numel(index) != 0) TPU_RETURN_IF_ERROR(sg_shape_check(b, self, dim, index, src, false));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, self));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, index));
   TPU_RETURN_IF_ERROR(tpu__input_from_arg(b, 3));

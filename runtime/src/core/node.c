@@ -188,6 +188,17 @@ void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
 
 int tpu_node_output_count(const tpu_node_t* n) { return n->n_out; }
 
+bool tpu_node_may_alias_input(const tpu_node_t* n) {
+  switch (n->kind) {
+    case TPU_KIND_GATHER: case TPU_KIND_SCATTER: case TPU_KIND_INDEX_SELECT: case TPU_KIND_INDEX_ACC:
+    case TPU_KIND_INDEX_PUT: case TPU_KIND_MASKED_SELECT: case TPU_KIND_MASKED_SCATTER:
+    case TPU_KIND_NONZERO: case TPU_KIND_CAT: case TPU_KIND_SORT:
+      return false;
+    default:
+      return true;
+  }
+}
+
 void tpu_node_output_meta(const tpu_node_t* n, int i, tpu_dtype_t* dt, int32_t* nd, int64_t* sz) {
   const tpu_operand_t* op = &n->out[i];
   *dt = op->dtype;
