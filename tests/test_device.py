@@ -249,8 +249,11 @@ def test_shape_mismatch_error_names_op():
     lambda a: torch.gather(a, 0, torch.tensor([0, 2], device=a.device), out=a),  # out= is the input
     lambda a: torch.take(a, torch.tensor([0, 1], device=a.device), out=a[:1].expand(2)),  # (CPU fallback)
     lambda a: a.view(2, 1, 3).ldexp_(torch.ones(2, 2, 3, device=a.device)),  # ldexp.out(self, out=self)
+    lambda a: a[1:].copy_(a[:-1]),
+    lambda a: a[:1].expand(4).copy_(torch.ones(4)),
+    lambda a: a.index_add_(0, torch.arange(6, device=a.device), a),  # source is self
 ], ids=["inplace-expanded", "out-partial", "inplace-partial", "index_select", "gather-out-is-input",
-        "fallback-take", "out-is-input-no-resize"])
+        "fallback-take", "out-is-input-no-resize", "copy-partial", "copy-into-expanded", "index_add-self"])
 def test_overlapping_writes_raise_as_on_cpu(call):
     """ATen's memory-overlap rules: a written tensor whose elements share memory, or that
     partly overlaps an input, is refused (kernels would read what they already wrote);
@@ -262,11 +265,24 @@ def test_overlapping_writes_raise_as_on_cpu(call):
         call(torch.arange(6.0, device="tpu"))
 
 
-def test_elementwise_writes_over_their_own_input():
+def test_fills_may_write_expanded_tensors():
+    """ATen lets fill_ (and, deprecated, masked_fill_) write an expanded tensor."""
+    for dev in ("cpu", "tpu"):
+        x = torch.zeros(1, device=dev).expand(3)
+        x.fill_(2.0)
+        x.masked_fill_(torch.tensor([True, False, True], device=dev), 5.0)
+        x.zero_()
+        assert x.cpu().tolist() == [0.0, 0.0, 0.0]
+
+
+def test_writes_over_their_own_input_where_aten_allows():
     a = torch.arange(6.0, device="tpu")
     torch.add(a, 1, out=a)
     a.mul_(a)
     assert a.cpu().tolist() == [1.0, 4.0, 9.0, 16.0, 25.0, 36.0]
+    torch.sort(a, descending=True, out=(a, torch.empty(6, dtype=torch.long, device="tpu")))  # values = self
+    a.masked_scatter_(a > 10, a)
+    assert a.cpu().tolist() == [36.0, 25.0, 16.0, 9.0, 4.0, 1.0]
 
 
 STORAGE_ONLY = [torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.float8_e5m2,

@@ -259,9 +259,19 @@ void OpKernel::convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, co
 // elements share memory (an expanded tensor) is refused, as is one that partly overlaps an
 // input; one that is exactly an input only when the kernel allows it (may_alias:
 // tpu_node_may_alias_input). Without these, kernels read what they already overwrote.
+// In-place ops ATen lets write into an expanded tensor (fill_ skips the check; the
+// others warn that it is deprecated), by schema name.
+bool expanded_write_ok(const std::string& name) {
+  static const std::set<std::string> ok = {"aten::fill_", "aten::zero_", "aten::masked_fill_", "aten::index_put_",
+                                           "aten::_index_put_impl_", "aten::index_fill_", "aten::put_"};
+  return ok.count(name) != 0;
+}
+
+// w is written; args are the op's inputs, among them w itself at position self (in-place
+// forms; -1 for out=).
 void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, const at::Tensor& w,
-                   bool may_alias, bool in_place) {
-  if (at::has_internal_overlap(w) == at::MemOverlap::Yes)
+                   bool may_alias, int self) {
+  if (at::has_internal_overlap(w) == at::MemOverlap::Yes && !(self >= 0 && expanded_write_ok(name)))
     TORCH_CHECK(false, name, ": unsupported operation: more than one element of the written-to tensor "
                 "refers to a single memory location. Please clone() the tensor before performing the operation.");
   auto against = [&](const at::Tensor& in) {
@@ -271,9 +281,10 @@ void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, con
                 ": unsupported operation: some elements of the input tensor and the written-to tensor refer to "
                 "a single memory location. Please clone() the tensor before performing the operation.");
   };
-  for (const auto& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
     if (a.isTensor()) {
-      if (!in_place || !a.toTensor().is_same(w)) against(a.toTensor());  // (in place: self itself)
+      if (static_cast<int>(i) != self) against(a.toTensor());
     } else if (a.isTensorList()) {
       for (const auto& t : a.toTensorList()) against(t);
     }
@@ -332,7 +343,7 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
   try {
     const bool may_alias = variant != TPU_VARIANT_FUNCTIONAL && tpu_node_may_alias_input(node);
     const auto ins = args.slice(0, n_args - n_out_args);
-    for (int w : written_args) check_overlap(name, ins, args[w].toTensor(), may_alias, true);
+    for (int w : written_args) check_overlap(name, ins, args[w].toTensor(), may_alias, w);
     for (int i = 0; i < n_out; ++i) {
       tpu_dtype_t dt;
       int32_t nd;
@@ -353,8 +364,8 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
             TORCH_CHECK(!args[k].isTensor() || !args[k].toTensor().is_same(outs[i]), name,
                         ": output with shape ", outs[i].sizes(), " doesn't match the broadcast shape ", shape);
         // before resizing (TensorIterator's order) and after (structured kernels')
-        check_overlap(name, ins, outs[i], may_alias, false);
-        if (at::native::resize_output(outs[i], shape)) check_overlap(name, ins, outs[i], may_alias, false);
+        check_overlap(name, ins, outs[i], may_alias, -1);
+        if (at::native::resize_output(outs[i], shape)) check_overlap(name, ins, outs[i], may_alias, -1);
       } else {
         outs[i] = empty_on(shape, static_cast<at::ScalarType>(dt), dev);
       }
@@ -498,7 +509,8 @@ void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* 
     for (size_t i = 0; i < s.arguments().size(); ++i) {
       const auto& a = s.arguments()[i];
       if (a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() && args[i].toTensor().defined())
-        check_overlap(name, a.is_out() ? args.slice(0, i) : args, args[i].toTensor(), true, !a.is_out());
+        check_overlap(s.name(), a.is_out() ? args.slice(0, i) : args, args[i].toTensor(), true,
+                      a.is_out() ? -1 : static_cast<int>(i));
     }
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -591,6 +603,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
               "copy_: cannot copy a tensor of shape ", self.sizes(), " into ", dst.sizes());
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
+  if (dst_tpu) {  // copy_'s TensorIterator checks, which a backend's _copy_from is left to make
+    TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes, "copy_: unsupported operation: more than "
+                "one element of the written-to tensor refers to a single memory location. Please clone() the "
+                "tensor before performing the operation.");
+    if (src_tpu) at::assert_no_partial_overlap(dst, self);
+  }
   for (const at::Tensor* t : {&self, &dst})  // (storage-only dtypes included)
     TORCH_CHECK_NOT_IMPLEMENTED(t->device().type() != kTpu ||
                                 tpu_dtype_size(static_cast<tpu_dtype_t>(t->scalar_type())) != 0,

@@ -257,7 +257,7 @@ tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* a
 int tpu_node_output_count(const tpu_node_t* node);
 /* Whether an out= or in-place output may be exactly one of the node's inputs (ATen allows
  * it except for the ops that assert no overlap at all: gather/scatter, index_select,
- * index_add/index_copy/index_put, masked_select/masked_scatter, nonzero, cat, sort). */
+ * index_add/index_copy/index_put, masked_select, cat). */
 bool tpu_node_may_alias_input(const tpu_node_t* node);
 
 /* torch._foreach_* ops (optimizers, clip_grad_norm_). Each applies one table op, its

@@ -191,8 +191,7 @@ int tpu_node_output_count(const tpu_node_t* n) { return n->n_out; }
 bool tpu_node_may_alias_input(const tpu_node_t* n) {
   switch (n->kind) {
     case TPU_KIND_GATHER: case TPU_KIND_SCATTER: case TPU_KIND_INDEX_SELECT: case TPU_KIND_INDEX_ACC:
-    case TPU_KIND_INDEX_PUT: case TPU_KIND_MASKED_SELECT: case TPU_KIND_MASKED_SCATTER:
-    case TPU_KIND_NONZERO: case TPU_KIND_CAT: case TPU_KIND_SORT:
+    case TPU_KIND_INDEX_PUT: case TPU_KIND_MASKED_SELECT: case TPU_KIND_CAT:
       return false;
     default:
       return true;
