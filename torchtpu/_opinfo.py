@@ -581,16 +581,15 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
 
 
 def _tie_params(op_key, s):
-    """(dim, descending or largest, stable, sorted) of a tie op's sample (tables.TIE_OPS)."""
+    """(dim, stable, sorted) of a tie op's sample (tables.TIE_OPS)."""
     before, dflt = tables().TIE_OPS[op_key]
     if before is None:
-        return dflt, False, False, True
-    names = list(before) + ["dim", "descending" if op_key != "topk" else "largest",
+        return dflt, False, True
+    names = list(before) + ["dim", "largest" if op_key == "topk" else "descending",
                             "sorted" if op_key == "topk" else "stable"]
     p = dict(zip(names, s.args))
     p.update(s.kwargs)
-    return (p.get("dim", dflt), bool(p.get("descending", p.get("largest", op_key == "topk"))),
-            bool(p.get("stable", False)), bool(p.get("sorted", True)))
+    return p.get("dim", dflt), bool(p.get("stable", False)), bool(p.get("sorted", True))
 
 
 def _grad_up_to_ties(x, g, dim):
@@ -605,7 +604,7 @@ def _valid_up_to_ties(op_key, s, variant, actual, expected, dtype):
     indices are defined only up to the order of equal elements (tables.TIE_OPS)."""
     if op_key not in getattr(tables(), "TIE_OPS", {}) or not isinstance(s.input, torch.Tensor):
         return False
-    dim, _, stable, sorted_ = _tie_params(op_key, s)
+    dim, stable, sorted_ = _tie_params(op_key, s)
     if stable:
         return False  # stable=True defines the order of equal elements
     x = s.input.detach()
