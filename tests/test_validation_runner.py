@@ -65,6 +65,40 @@ def test_float64_recheck_refuses_different_integer_outputs():
     assert m["status"] == "fail" and m["cause"] == "mismatch", m
 
 
+class Thresholded(nn.Module):
+    """Keeps the elements whose triple exceeds 0.3: 0.1 * 3 rounds to exactly 0.3 in float32
+    (dropped) and to just above it in float64 (kept), so float32 cannot settle the size."""
+    def forward(self, x):
+        return {"kept": x[x * 3.0 > 0.3], "y": x * 2.0}
+
+
+def _recheck_sized(kept_size, x=None):
+    model = Thresholded()
+    x = torch.tensor([0.1] * 4 + [0.5] * 4) if x is None else x
+    cand = ("x", (x,), {})
+    expected = model(x)
+    result = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "kept: ...",
+                                   "_tpu_out": {"kept": torch.full((kept_size,), 0.5), "y": expected["y"]}}}}
+    R._recheck_in_float64(model, cand, expected, result)
+    return result["modes"]["strict"]
+
+
+def test_float64_recheck_accepts_a_size_float32_cannot_settle():
+    assert Thresholded()(torch.tensor([0.1] * 4 + [0.5] * 4))["kept"].numel() == 4  # float64 keeps 8
+    m = _recheck_sized(6)
+    assert m["status"] == "pass" and "ill-conditioned sizes" in m["note"] and "float64 [8]" in m["note"], m
+
+
+def test_float64_recheck_refuses_a_size_farther_from_float64_than_cpus():
+    m = _recheck_sized(3)
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+def test_float64_recheck_refuses_a_size_float32_settles():
+    m = _recheck_sized(6, x=torch.tensor([0.2] * 4 + [0.05] * 4))  # CPU and float64 both keep 4
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
 class TwoLayer(nn.Module):
     def __init__(self):
         super().__init__()

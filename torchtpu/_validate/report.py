@@ -151,10 +151,16 @@ def render(results_path, out_path, enumerated=None):
     ill = [r["id"] for r in tested if any((m.get("note") or "").startswith("ill-conditioned")
                                            for m in r.get("modes", {}).values())]
     if ill:
+        sized = sorted(r["id"] for r in tested if any((m.get("note") or "").startswith("ill-conditioned sizes")
+                                                      for m in r.get("modes", {}).values()))
         w(f"{len(ill)} model(s) pass only after a float64 re-check: their float32 outputs differ "
           "from CPU beyond the tolerance, but the CPU's own float32 result is as far from a "
           "float64 CPU reference as the tpu's (random-init activations that explode): "
-          + ", ".join(sorted(ill)[:20]) + ("…" if len(ill) > 20 else "") + ".")
+          + ", ".join(sorted(ill)[:20]) + ("…" if len(ill) > 20 else "") + "."
+          + (f" Of these, {len(sized)} ({', '.join(sized)}) have outputs whose size the model "
+             "decides by comparisons (keypoints over a threshold, matches): the CPU's own "
+             "float32 size already differs from the float64 one, and the tpu's differs from "
+             "float64's by no more than the CPU's." if sized else ""))
         w("")
     trained = [r for r in tested if r.get("train") and r["train"].get("modes")]
     if trained:

@@ -254,11 +254,6 @@ void OpKernel::convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, co
   }
 }
 
-// ATen's memory-overlap rules for the tensors an op writes (TensorIterator's, and
-// assert_no_overlap in the kernels that gather or concatenate): a written tensor whose
-// elements share memory (an expanded tensor) is refused, as is one that partly overlaps an
-// input; one that is exactly an input only when the kernel allows it (may_alias:
-// tpu_node_may_alias_input). Without these, kernels read what they already overwrote.
 // In-place ops ATen lets write into an expanded tensor (fill_ skips the check; the
 // others warn that it is deprecated), by schema name.
 bool expanded_write_ok(const std::string& name) {
@@ -267,8 +262,12 @@ bool expanded_write_ok(const std::string& name) {
   return ok.count(name) != 0;
 }
 
-// w is written; args are the op's inputs, among them w itself at position self (in-place
-// forms; -1 for out=).
+// ATen's memory-overlap rules for a tensor w an op writes (TensorIterator's, and
+// assert_no_overlap in the kernels that gather or concatenate): w whose elements share
+// memory (an expanded tensor) is refused, as is w partly over an input; w exactly equal to
+// an input only where the kernel allows it (may_alias: tpu_node_may_alias_input). Without
+// these, kernels read what they already overwrote. args are the op's inputs, among them w
+// itself at position self (in-place forms; -1 for out=).
 void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, const at::Tensor& w,
                    bool may_alias, int self) {
   if (at::has_internal_overlap(w) == at::MemOverlap::Yes && !(self >= 0 && expanded_write_ok(name)))
@@ -604,10 +603,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   if (dst.numel() == 0) return dst;
   bool src_tpu = self.device().type() == kTpu, dst_tpu = dst.device().type() == kTpu;
   if (dst_tpu) {  // copy_'s TensorIterator checks, which a backend's _copy_from is left to make
-    TORCH_CHECK(at::has_internal_overlap(dst) != at::MemOverlap::Yes, "copy_: unsupported operation: more than "
-                "one element of the written-to tensor refers to a single memory location. Please clone() the "
-                "tensor before performing the operation.");
-    if (src_tpu) at::assert_no_partial_overlap(dst, self);
+    const c10::IValue src[] = {src_tpu ? self : at::Tensor()};
+    check_overlap("aten::copy_", src, dst, /*may_alias=*/true, -1);
   }
   for (const at::Tensor* t : {&self, &dst})  // (storage-only dtypes included)
     TORCH_CHECK_NOT_IMPLEMENTED(t->device().type() != kTpu ||
