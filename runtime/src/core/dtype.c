@@ -11,6 +11,7 @@ static size_t storage_only_size(tpu_dtype_t d) {
   }
 }
 bool tpu_dtype_is_storage_only(tpu_dtype_t d) { return storage_only_size(d) != 0; }
+
 size_t tpu_dtype_size(tpu_dtype_t d) {
   switch (d) {
     case TPU_DTYPE_U8: case TPU_DTYPE_I8: case TPU_DTYPE_BOOL: return 1;
@@ -51,7 +52,15 @@ const char* tpu_dtype_name(tpu_dtype_t d) {
   }
 }
 
-bool tpu_dtype_is_supported(tpu_dtype_t d) { return tpu_dtype_size(d) != 0 && !tpu_dtype_is_storage_only(d); }
+/* one switch: every builder asks this of every tensor argument */
+bool tpu_dtype_is_supported(tpu_dtype_t d) {
+  switch (d) {
+    case TPU_DTYPE_U8: case TPU_DTYPE_I8: case TPU_DTYPE_I16: case TPU_DTYPE_I32: case TPU_DTYPE_I64:
+    case TPU_DTYPE_F16: case TPU_DTYPE_F32: case TPU_DTYPE_F64: case TPU_DTYPE_C64: case TPU_DTYPE_C128:
+    case TPU_DTYPE_BOOL: case TPU_DTYPE_BF16: return true;
+    default: return false;
+  }
+}
 bool tpu_dtype_is_floating(tpu_dtype_t d) {
   return d == TPU_DTYPE_F16 || d == TPU_DTYPE_F32 || d == TPU_DTYPE_F64 || d == TPU_DTYPE_BF16;
 }
