@@ -41,6 +41,12 @@ DTYPES = {
     "float64": torch.float64, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool,
 }
 VARIANTS = ("op", "inplace", "out", "grad")
+# Checks of float32 only: the op's error_inputs, and out= tensors of another dtype than
+# the result's (OUT_DTYPES, on the first OUT_DTYPE_SAMPLES samples), which ATen's kernels
+# either cast into or refuse, each op by its own rule.
+EXTRA_VARIANTS = ("error", "out_dtype")
+OUT_DTYPES = (torch.float64, torch.float16, torch.int64)
+OUT_DTYPE_SAMPLES = 2
 PASS = ("native", "fallback")
 
 
@@ -154,6 +160,14 @@ def op_dtypes(op):
     """Names of the sweep dtypes the op supports on CPU."""
     sup = op.supported_dtypes("cpu")
     return [n for n, d in DTYPES.items() if d in sup]
+
+
+def extra_variants(op, dtype_name):
+    """The EXTRA_VARIANTS that run for (op, dtype)."""
+    if dtype_name != "float32":
+        return []
+    return (["error"] if op.error_inputs_func is not None else []) + \
+        (["out_dtype"] if op.supports_out else [])
 
 
 def variants_for(op, dtype):
@@ -393,20 +407,28 @@ def _sample_on(s, fn):
                        broadcasts_input=s.broadcasts_input, name=s.name)
 
 
-def _empty_like_out(x, device=DEV):
+def _empty_like_out(x, device=DEV, float_dtype=None):
     """out= tensors shaped like a result (the same structure of tuples/lists), filled with
     the same pattern on CPU and tpu (NaN, or 7 / True) instead of left uninitialized: an op
     that leaves out= unwritten on every device then compares equal (ATen's 1-D fft.ihfftn
     out= writes its result into a temporary: conj_physical_out's arguments are swapped),
-    while one that writes it on CPU only still differs."""
+    while one that writes it on CPU only still differs. float_dtype: the dtype of the
+    floating ones instead of the result's."""
     if isinstance(x, torch.Tensor):
         if x.layout != torch.strided:
             return None
-        fill = float("nan") if x.is_floating_point() or x.is_complex() else True if x.dtype == torch.bool else 7
-        return torch.empty_like(x, device=device).fill_(fill)
+        dt = float_dtype if float_dtype is not None and x.is_floating_point() else x.dtype
+        fill = float("nan") if dt.is_floating_point or dt.is_complex else True if dt == torch.bool else 7
+        return torch.empty_like(x, device=device, dtype=dt).fill_(fill)
     if isinstance(x, (list, tuple)):
-        return type(x)(_empty_like_out(v, device) for v in x)
+        return type(x)(_empty_like_out(v, device, float_dtype) for v in x)
     return None
+
+
+def _as_computed(x):
+    """A float64 out= tensor as float32, the precision the float32 sample was computed in."""
+    return tree_map(lambda t: t.to(torch.float32) if isinstance(t, torch.Tensor) and
+                    t.dtype == torch.float64 else t, x)
 
 
 def _grad_pieces(op, s, out):
@@ -423,7 +445,7 @@ def _grad_outputs(outs):
     return [torch.randn(o.shape, generator=g, dtype=torch.float32).to(o.dtype) for o in outs]
 
 
-def _run_cpu(op, variant, s):
+def _run_cpu(op, variant, s, out_dtype=None):
     """(result, exception) of the CPU reference; for `grad`, the gradients."""
     seed_all(1234)
     try:
@@ -438,7 +460,7 @@ def _run_cpu(op, variant, s):
         if variant == "out":
             c = _sample_on(s, _clone)
             res = op(c.input, *c.args, **c.kwargs)
-            out = _empty_like_out(res, "cpu")
+            out = _empty_like_out(res, "cpu", out_dtype)
             ret = op(s.input, *s.args, **s.kwargs, out=out)
             return (ret, out), None
         return _call(op, variant, s), None
@@ -477,9 +499,10 @@ def _expects_device_result(s):
         "device" in s.kwargs
 
 
-def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
-    """Runs one sample of one variant on CPU and tpu and classifies it.
-    Returns {status, kind, reason, fallback, t}."""
+def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None, out_dtype=None):
+    """Runs one sample of one variant on CPU and tpu and classifies it; out_dtype: the out
+    variant with floating out= tensors of that dtype. Returns {status, kind, reason,
+    fallback, t}."""
     import torchtpu
     t0 = time.time()
     rec = dict(status=None, kind="", reason="", fallback={})
@@ -494,7 +517,7 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
     except Exception as e:  # noqa: BLE001
         rec.update(status="fail", kind="exception", reason="copy to tpu: " + short_exc(e))
         return _fin(rec, t0)
-    expected, cpu_exc = _run_cpu(op, variant, s)
+    expected, cpu_exc = _run_cpu(op, variant, s, out_dtype)
     if isinstance(cpu_exc, str):
         rec.update(status="skip", kind="no_grad", reason=cpu_exc)
         return _fin(rec, t0)
@@ -526,7 +549,8 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
                 actual = list(grads)
                 expected = expected[0]
             elif variant == "out":
-                out = _empty_like_out(expected[1] if expected is not None else out_like)
+                out = _empty_like_out(expected[1] if expected is not None else out_like,
+                                      float_dtype=out_dtype)
                 ret = _call(op, variant, ds, out=out)
                 actual = (ret, out)
             else:
@@ -555,6 +579,8 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None):
     if tpu_exc is not None:
         rec.update(status="fail", kind="exception", reason=short_exc(tpu_exc))
         return _fin(rec, t0)
+    if out_dtype is not None:
+        actual, expected = _as_computed(actual), _as_computed(expected)
     gauge = getattr(tables(), "GAUGE_OPS", {})
     if variant in ("op", "out") and (op_key in gauge or op.name in gauge):
         # outputs defined up to per-vector signs: compare the sample's own invariant view
@@ -782,8 +808,8 @@ def run_unit(op_key, dtype_name, variants=None, limit=None, budget=None, skip_do
     op = load_ops()[op_key]
     dtype = DTYPES[dtype_name]
     tab = tables()
-    variants = [v for v in (variants or VARIANTS + ("error",))
-                if v in variants_for(op, dtype) or v == "error"]
+    variants = [v for v in (variants or VARIANTS + EXTRA_VARIANTS)
+                if v in variants_for(op, dtype) + extra_variants(op, dtype_name)]
     prev = torchtpu.get_fallback()
     torchtpu.set_fallback("allow")
     try:
@@ -797,8 +823,6 @@ def run_unit(op_key, dtype_name, variants=None, limit=None, budget=None, skip_do
                 continue
             try:
                 if variant == "error":
-                    if dtype_name != "float32" or op.error_inputs_func is None:
-                        continue
                     seed_all(0)
                     ss = list(op.error_inputs("cpu"))[:limit]
                 else:
@@ -816,7 +840,12 @@ def run_unit(op_key, dtype_name, variants=None, limit=None, budget=None, skip_do
             if variant != "error" and ss and not per_sample:
                 shape_only = op.has_nondeterministic_output or \
                     is_random(op, op_key, dtype, ss[0], tab)
-            for i, s in enumerate(ss):
+            cases = enumerate(ss)
+            if variant == "out_dtype":  # sample j with out= of OUT_DTYPES[k] is case 3j + k
+                n = len(OUT_DTYPES)
+                cases = ((j * n + k, s) for j, s in enumerate(ss[:OUT_DTYPE_SAMPLES])
+                         for k in range(n))
+            for i, s in cases:
                 if per_sample and variant != "error":
                     # OpInfo declares the op random: a sample whose result moved with none
                     # of three seeds (fractional_max_pool's windows) may still with a fourth
@@ -826,8 +855,12 @@ def run_unit(op_key, dtype_name, variants=None, limit=None, budget=None, skip_do
                     continue
                 if on_start is not None:
                     on_start(variant, i)
-                rec = run_sample(op, op_key, dtype, variant, s, shape_only=shape_only,
-                                 budget=budget)
+                if variant == "out_dtype":
+                    rec = run_sample(op, op_key, dtype, "out", s, shape_only=shape_only, budget=budget,
+                                     out_dtype=OUT_DTYPES[i % len(OUT_DTYPES)])
+                else:
+                    rec = run_sample(op, op_key, dtype, variant, s, shape_only=shape_only,
+                                     budget=budget)
                 rec = dict(base, i=i, **rec)
                 if shape_only:
                     rec["random"] = True

@@ -637,8 +637,9 @@ def render(results_path, doc_path, sample_desc, models=True):
       "databases (`op_db`, incl. linalg/fft/special/masked/signal, and the foreach dbs) "
       "runs on tpu and on CPU for each supported dtype of f32, bf16, f16, f64, i64, i32, "
       "bool: the plain op, its in-place and `out=` variants, the backward "
-      "(`torch.autograd.grad`, float dtypes), and OpInfo's `error_inputs` (same exception "
-      "type). A sample *passes natively* when it matches CPU within `tests/tolerances.py` "
+      "(`torch.autograd.grad`, float dtypes), OpInfo's `error_inputs` (same exception "
+      "type), and, in float32, `out=` tensors of float64, float16 and int64 on the first "
+      "two samples (`out_dtype`: raise where CPU raises, else CPU's values). A sample *passes natively* when it matches CPU within `tests/tolerances.py` "
       "and no op went through the CPU fallback; *via fallback* when it matches but some op "
       "ran on the CPU fallback. Random ops compare shape and dtype only. A float sample "
       "that differs from CPU's result passes if it matches CPU's result one precision up "
@@ -671,7 +672,7 @@ def render(results_path, doc_path, sample_desc, models=True):
     w("")
     w("Per variant (pass % / samples):")
     w("")
-    variants = list(oi.VARIANTS) + ["error"]
+    variants = list(oi.VARIANTS + oi.EXTRA_VARIANTS)
     w("| dtype | " + " | ".join(variants) + " |")
     w("|---|" + "---:|" * len(variants))
     for dt in DTYPE_ORDER:

@@ -460,11 +460,12 @@ static void test_dtypes_roundtrip(void) {
   CHECK(out.dtype == TPU_DTYPE_BF16);
   double e[3] = {3, -4.5, 200};
   CHECK_VALS(out, e, 3, 0);
-  /* out= of a wider dtype */
+  /* out= of a wider dtype: arithmetic casts into it; neg wants the result's dtype, as on CPU */
   tpu_view_t o32 = mk(TPU_DTYPE_F32, 1, (int64_t[]){3}, NULL);
-  CHECK_OK(run("neg.out", TPU_VARIANT_OUT, (tpu_arg_t[]){T_(bf), T_(o32)}, 2, &o32));
-  double en[3] = {-1.5, 2.25, -100};
-  CHECK_VALS(o32, en, 3, 0);
+  CHECK_OK(run("mul.out", TPU_VARIANT_OUT, (tpu_arg_t[]){T_(bf), T_(bf), T_(o32)}, 3, &o32));
+  double em[3] = {2.25, 5.0625, 9984}; /* computed in bfloat16 (10000 rounds to 9984), then widened */
+  CHECK_VALS(o32, em, 3, 0);
+  CHECK_CODE(run("neg.out", TPU_VARIANT_OUT, (tpu_arg_t[]){T_(bf), T_(o32)}, 2, &o32), TPU_INVALID_ARGUMENT);
   /* comparisons of i8 and u8 compute in int64 and output bool */
   int8_t a8[3] = {-1, 5, 7};
   uint8_t b8[3] = {255, 5, 6};

@@ -40,9 +40,7 @@ def _cases():
         if MODE == "ci":
             dts = [d for d in dts if d in TAB.CI_DTYPES]
         for d in dts:
-            vs = oi.variants_for(op, oi.DTYPES[d])
-            if d == "float32" and op.error_inputs_func is not None:
-                vs = vs + ["error"]
+            vs = oi.variants_for(op, oi.DTYPES[d]) + oi.extra_variants(op, d)
             for v in vs:
                 marks = []
                 reason = oi.skip_reason(key, d, v)

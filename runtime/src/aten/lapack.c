@@ -398,7 +398,7 @@ static tpu_status_t build_cholesky_inverse(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(input(b, L, TPU_KIND_CHOLESKY_INVERSE));
   b->node->ia[0] = upper;
   out_batch(b->node, L->dtype, L, 0, 0, 0, 0);
-  return tpu__out_dtypes_exact(b);
+  return NULL; /* out= casts, as on CPU */
 }
 
 /* linalg_qr(Tensor A, str mode='reduced') -> (Q, R); mode 'r' returns an empty Q. */
@@ -436,7 +436,7 @@ static tpu_status_t build_geqrf(tpu_build_t* b) {
   int64_t m = A->sizes[A->ndim - 2], n = A->sizes[A->ndim - 1];
   out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
   out_batch(b->node, A->dtype, A, 2, 1, m < n ? m : n, 0);
-  return tpu__out_dtypes_exact(b);
+  return NULL; /* out= casts, as on CPU */
 }
 
 /* linalg_householder_product(Tensor input, Tensor tau) -> Tensor */
@@ -468,7 +468,7 @@ static tpu_status_t build_householder_product(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(input(b, A, TPU_KIND_ORGQR));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, tau));
   out_batch(b->node, A->dtype, A, 0, 0, 0, 0);
-  return tpu__out_dtypes_exact(b);
+  return NULL; /* out= casts, as on CPU */
 }
 
 /* _linalg_eigh(Tensor A, str UPLO="L", bool compute_v=True) -> (eigenvalues, eigenvectors) */

@@ -160,6 +160,9 @@ static tpu_status_t build_sumlike(tpu_build_t* b) {
         else res = o;
       }
     }
+    /* ATen's nansum of a floating input reduces in the result's dtype, floating only */
+    if (d->kind == TPU_KIND_RED_NANSUM && tpu_dtype_is_floating(x->dtype) && !tpu_dtype_is_floating(res))
+      return tpu__err_not_implemented_for(b, "nansum_cpu", res);
   }
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
   set_node(b, d->kind, tpu__compute_dtype(res), r.mask, via_for(x->dtype, res));
@@ -197,7 +200,7 @@ static tpu_status_t build_minmax(tpu_build_t* b) {
         b, x, &r, d->fn, TPU_INVALID_ARGUMENT, " Specify the reduction dim with the 'dim' argument."));
   }
   if (b->variant == TPU_VARIANT_OUT) {
-    if (d->kind == TPU_KIND_RED_AMAX || d->kind == TPU_KIND_RED_AMIN) {
+    if ((d->kind == TPU_KIND_RED_AMAX || d->kind == TPU_KIND_RED_AMIN) && d->dim_mode != M_NONE) {
       tpu_dtype_t o = out_dtype(b, 0, 1);
       if (o != TPU_DTYPE_INVALID && o != x->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT,

@@ -15,6 +15,8 @@ static int n_entries;
 static int* by_name;
 /* Per entry: the element op's index of a foreach entry (-1: none, or not a foreach). */
 static int* element_of;
+/* Per entry: its out= dtype rule (out_rule_t). */
+static unsigned char* out_rule;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static const tpu_aten_entry_t* const families[] = {
@@ -22,6 +24,67 @@ static const tpu_aten_entry_t* const families[] = {
     TPU_ATEN_FAMILIES(TPU__FAM)
 #undef TPU__FAM
 };
+
+/* out= tensors of another dtype than the result's. ATen's CPU kernels differ: TensorIterator
+ * ops cast into any dtype the result can be cast to (checked in tpu_node_bind_output: the
+ * default), structured kernels and some others require the result's dtype exactly, each
+ * with its own message. Found by calling every OpInfo op that has out= with out= tensors
+ * of float64, float16 and int64 on CPU; the OpInfo runner's out_dtype variant keeps it. */
+typedef enum { OUT_CAST, OUT_EXACT, OUT_FOUND, OUT_WHERE, OUT_RESULT, OUT_SELF_RESULT, OUT_SCALAR_TYPE,
+               OUT_NAN_TO_NUM, OUT_CAT } out_rule_t;
+static const struct { const char* name; out_rule_t rule; } out_rules[] = {
+    /* structured kernels' generated out= wrappers */
+    {"addmm.out", OUT_EXACT}, {"addmv.out", OUT_EXACT}, {"addbmm.out", OUT_EXACT}, {"baddbmm.out", OUT_EXACT},
+    {"bmm.out", OUT_EXACT}, {"mm.out", OUT_EXACT}, {"mv.out", OUT_EXACT}, {"avg_pool2d.out", OUT_EXACT},
+    {"avg_pool3d.out", OUT_EXACT}, {"topk.values", OUT_EXACT}, {"sort.values_stable", OUT_EXACT},
+    {"gather.out", OUT_EXACT}, {"index_copy.out", OUT_EXACT}, {"index_add.out", OUT_EXACT},
+    {"scatter.src_out", OUT_EXACT}, {"scatter.value_out", OUT_EXACT}, {"scatter.reduce_out", OUT_EXACT},
+    {"scatter.value_reduce_out", OUT_EXACT}, {"scatter_add.out", OUT_EXACT}, {"scatter_reduce.two_out", OUT_EXACT},
+    {"tril.out", OUT_EXACT}, {"triu.out", OUT_EXACT},
+    /* TensorIterator ops built with check_all_same_dtype */
+    {"abs.out", OUT_FOUND}, {"ceil.out", OUT_FOUND}, {"floor.out", OUT_FOUND}, {"round.out", OUT_FOUND},
+    {"round.decimals_out", OUT_FOUND}, {"trunc.out", OUT_FOUND}, {"frac.out", OUT_FOUND}, {"sign.out", OUT_FOUND},
+    {"sgn.out", OUT_FOUND}, {"neg.out", OUT_FOUND}, {"conj_physical.out", OUT_FOUND}, {"gelu.out", OUT_FOUND},
+    {"softplus.out", OUT_FOUND}, {"hardshrink.out", OUT_FOUND}, {"softshrink.out", OUT_FOUND},
+    {"heaviside.out", OUT_FOUND},
+    /* kernels with checks of their own */
+    {"where.self_out", OUT_WHERE}, {"dot.out", OUT_RESULT}, {"vdot.out", OUT_RESULT},
+    {"index_select.out", OUT_SELF_RESULT}, {"masked_select.out", OUT_SELF_RESULT},
+    {"log_sigmoid_forward.output", OUT_SCALAR_TYPE}, {"nan_to_num.out", OUT_NAN_TO_NUM},
+    {"cat.out", OUT_CAT}, /* casts, but refuses what it cannot cast with a TypeError */
+};
+
+/* The out= dtype check of `rule` for a built OUT node (NULL: every out= tensor passes). */
+static tpu_status_t check_out_dtypes(tpu_build_t* b, out_rule_t rule) {
+  const tpu_node_t* n = b->node;
+  for (int k = 0; k < n->n_out; ++k) {
+    const tpu_arg_t* a = tpu__arg(b, b->nargs - n->n_out + k);
+    if (!a || a->kind != TPU_ARG_TENSOR || tpu__output_absent(&n->out[k])) continue;
+    tpu_dtype_t want = n->out[k].dtype, got = a->tensor.dtype;
+    if (got == want) continue;
+    const char *w = tpu__dtype_c10_name(want), *g = tpu__dtype_c10_name(got);
+    switch (rule) {
+      case OUT_CAST: return NULL;
+      case OUT_EXACT: return tpu__out_dtypes_exact(b);
+      case OUT_FOUND: return tpu__err(b, TPU_INVALID_ARGUMENT, "Found dtype %s but expected %s", g, w);
+      case OUT_WHERE: return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out type to be %s but got %s", w, g);
+      case OUT_RESULT:
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "result dtype %s does not match input dtype %s", g, w);
+      case OUT_SELF_RESULT: {
+        int len = (int)strcspn(b->name, ".");
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "%.*s(): self and result must have the same scalar type",
+                        len, b->name);
+      }
+      case OUT_SCALAR_TYPE: return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", w, g);
+      case OUT_NAN_TO_NUM:
+        return tpu__err(b, TPU_INVALID_ARGUMENT, "nan_to_num: dtype of out: %s should be same as input: %s", g, w);
+      case OUT_CAT:
+        if (tpu__can_cast(want, got)) continue;
+        return tpu__err(b, TPU_TYPE_ERROR, "torch.cat(): input types can't be cast to the desired output type %s", g);
+    }
+  }
+  return NULL;
+}
 
 static int by_entry_name(const void* a, const void* b) {
   return strcmp(entries[*(const int*)a]->name, entries[*(const int*)b]->name);
@@ -58,11 +121,13 @@ static void build_table(void) {
     }
   by_name = tpu__calloc((size_t)n, sizeof(*by_name));
   element_of = tpu__calloc((size_t)n, sizeof(*element_of));
-  if (!by_name || !element_of) {
+  out_rule = tpu__calloc((size_t)n, sizeof(*out_rule));
+  if (!by_name || !element_of || !out_rule) {
     tpu__free(entries);
     tpu__free(complex_entries);
     tpu__free(by_name);
     tpu__free(element_of);
+    tpu__free(out_rule);
     entries = NULL;
     n_entries = 0;
     return;
@@ -71,6 +136,10 @@ static void build_table(void) {
   qsort(by_name, (size_t)n, sizeof(*by_name), by_entry_name);
   for (int i = 0; i < n; ++i)
     element_of[i] = entries[i]->flags & TPU_ATEN_FOREACH ? find_entry(tpu__foreach_element(entries[i])) : -1;
+  for (size_t r = 0; r < sizeof out_rules / sizeof *out_rules; ++r) {
+    int i = find_entry(out_rules[r].name);
+    if (i >= 0) out_rule[i] = (unsigned char)out_rules[r].rule;
+  }
 }
 
 /* The first complex dtype among the call's tensors and numbers (INVALID: none). */
@@ -137,6 +206,7 @@ tpu_status_t tpu_op_prepare(int index, tpu_variant_t variant, const tpu_arg_t* a
   n->variant = variant;
   tpu_build_t b = {e->name, variant, args, nargs, n, e->data};
   tpu_status_t st = e->build(&b);
+  if (!st && variant == TPU_VARIANT_OUT) st = check_out_dtypes(&b, (out_rule_t)out_rule[index]);
   /* An op whose dtype argument asks for a complex result from real inputs. */
   for (int i = 0; !st && e != complex_entries[index] && i < n->n_out; ++i)
     if (!tpu__output_absent(&n->out[i]) && tpu_dtype_is_complex(n->out[i].dtype))
