@@ -329,6 +329,25 @@ static void test_ternary(void) {
   double el[2] = {1.75, 6.5};
   CHECK_VALS(out, el, 2, 1e-15);
   CHECK_CODE(run("lerp.Scalar", TPU_VARIANT_FUNCTIONAL, (tpu_arg_t[]){T_(mkd(2, t0)), T_(mkf(2, x)), SD(0.75)}, 3, &out), TPU_INVALID_ARGUMENT);
+  /* addr: 2 * self + 3 * outer(vec1, vec2), self a row broadcast over [2, 2] (f32 and f64
+   * promote); beta = 0 ignores a NaN self; in place self must be [n, m] already */
+  float srow[2] = {1, NAN};
+  int64_t s12[2] = {1, 2};
+  CHECK_OK(run("addr", TPU_VARIANT_FUNCTIONAL,
+               (tpu_arg_t[]){T_(mk(TPU_DTYPE_F32, 2, s12, srow)), T_(mkd(2, t0)), T_(mkd(2, t1)), SI(0), SI(3)}, 5, &out));
+  CHECK(out.dtype == TPU_DTYPE_F64 && out.ndim == 2 && out.sizes[0] == 2 && out.sizes[1] == 2);
+  double ear[4] = {9, 12, 18, 24};
+  CHECK_VALS(out, ear, 4, 0);
+  CHECK_OK(run("addr", TPU_VARIANT_FUNCTIONAL,
+               (tpu_arg_t[]){T_(mk(TPU_DTYPE_F32, 2, s12, x)), T_(mkf(2, x)), T_(mkf(2, x + 2)), SI(2), SI(3)}, 5, &out));
+  double ear2[4] = {11, 16, 20, 28};
+  CHECK_VALS(out, ear2, 4, 0);
+  CHECK_CODE(run("addr_", TPU_VARIANT_INPLACE,
+                 (tpu_arg_t[]){T_(mk(TPU_DTYPE_F32, 2, s12, x)), T_(mkf(2, x)), T_(mkf(2, x)), SI(1), SI(1)}, 5, &out),
+             TPU_INVALID_ARGUMENT);
+  CHECK_CODE(run("addr", TPU_VARIANT_FUNCTIONAL,
+                 (tpu_arg_t[]){T_(mkl(3, li)), T_(mkl(3, li)), T_(mkl(3, li)), SD(0.5), SI(1)}, 5, &out),
+             TPU_INVALID_ARGUMENT);
   /* zero_ on a strided view */
   tpu_view_t z = self;
   CHECK_OK(run("zero_", TPU_VARIANT_INPLACE, (tpu_arg_t[]){T_(z)}, 1, &z));

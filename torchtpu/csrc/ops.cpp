@@ -57,6 +57,7 @@ struct OpKernel final : c10::OperatorKernel {
   int n_args = 0;
   int n_out_args = 0;                 // trailing out= arguments
   bool needs_seed = false;            // append a generator seed (tpu_aten_op_needs_seed)
+  bool resizes_self = false;          // in place, self takes the result's shape (addbmm_)
   std::vector<bool> is_generator;     // per argument: Generator?
   std::vector<bool> is_scalar;        // per argument: Scalar (a number of any kind)
   std::vector<bool> is_scalar_list;   // per argument: Scalar[]
@@ -79,6 +80,7 @@ struct OpKernel final : c10::OperatorKernel {
 void init_kernel(OpKernel& k, int index, const c10::FunctionSchema& schema) {
   k.index = index;
   k.needs_seed = tpu_aten_op_needs_seed(index);
+  k.resizes_self = tpu_aten_op_resizes_self(index);
   k.foreach = tpu_aten_op_is_foreach(index);
   k.n_args = static_cast<int>(schema.arguments().size());
   for (const auto& arg : schema.arguments()) {
@@ -352,6 +354,18 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
       at::IntArrayRef shape(sizes, nd);
       if (variant == TPU_VARIANT_INPLACE && static_cast<size_t>(i) < written_args.size()) {
         outs[i] = args[written_args[i]].toTensor();  // self, and any other written argument
+        if (i == 0 && resizes_self && outs[i].sizes() != shape) {
+          // The node holds self's old contents as an input: a storage large enough to keep
+          // would be written while they are read (CPU's copy_ into self refuses it too).
+          const auto& w = outs[i];
+          TORCH_CHECK((w.storage_offset() + c10::multiply_integers(shape)) * w.dtype().itemsize() >
+                          w.storage().nbytes(),
+                      name, ": unsupported operation: some elements of the input tensor and the written-to "
+                      "tensor refer to a single memory location. Please clone() the tensor before performing "
+                      "the operation.");
+          outs[i].resize_(shape);
+          check_overlap(name, ins, outs[i], may_alias, -1);
+        }
       } else if (variant == TPU_VARIANT_OUT && i < n_out_args) {
         outs[i] = args[n_args - n_out_args + i].toTensor();
         TORCH_CHECK(outs[i].device().type() == kTpu, name, ": out= tensor must be on tpu, got ",

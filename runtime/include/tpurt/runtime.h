@@ -249,6 +249,10 @@ const char* tpu_aten_op_name(int index);
 /* True when the op draws random numbers but its schema carries no Generator: the caller
  * appends one extra TPU_ARG_INT seed after all schema arguments. */
 bool tpu_aten_op_needs_seed(int index);
+/* True for an in-place op that resizes self to its result's shape when they differ, as
+ * CPU's kernel does (addbmm_, which ATen runs as addbmm.out into self): the caller resizes
+ * self before binding output 0. */
+bool tpu_aten_op_resizes_self(int index);
 
 /* Validates args and builds the node. variant says how outputs are bound. On success
  * the caller owns *out_node and must pass it to tpu_node_submit or tpu_node_discard. */

@@ -158,6 +158,27 @@ tpu_status_t tpu__broadcast(tpu_build_t* b, const int64_t* a, int na, const int6
   return NULL;
 }
 
+tpu_status_t tpu__check_expand(tpu_build_t* b, const tpu_view_t* t, int nd, const int64_t* target) {
+  char a[256], c[256];
+  if (t->ndim > nd)
+    return tpu__err(b, TPU_INVALID_ARGUMENT,
+                    "expand(torch.%sTensor{%s}, size=%s): the number of sizes provided (%d) must be "
+                    "greater or equal to the number of dimensions in the tensor (%d)",
+                    tpu__dtype_c10_name(t->dtype), tpu__fmt_shape(a, sizeof a, t->ndim, t->sizes),
+                    tpu__fmt_shape(c, sizeof c, nd, target), nd, t->ndim);
+  for (int i = 0; i < nd; ++i) {
+    int ti = i - (nd - t->ndim);
+    if (ti < 0) continue;
+    if (t->sizes[ti] != target[i] && t->sizes[ti] != 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT,
+                      "The expanded size of the tensor (%lld) must match the existing size (%lld) "
+                      "at non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
+                      (long long)target[i], (long long)t->sizes[ti], i,
+                      tpu__fmt_shape(a, sizeof a, nd, target), tpu__fmt_shape(c, sizeof c, t->ndim, t->sizes));
+  }
+  return NULL;
+}
+
 /* c10's combine_categories: a higher-priority category wins unless the lower one is a
  * floating type and the higher is bool/integral. */
 static tpu_dtype_t combine(tpu_dtype_t higher, tpu_dtype_t lower) {

@@ -34,6 +34,8 @@ typedef struct tpu_aten_entry_s {
 /* A torch._foreach_* op (aten/foreach.c): prepared per list position by
  * tpu_foreach_prepare as its element op, never built directly. */
 #define TPU_ATEN_FOREACH 4
+/* In place, self takes the result's shape when the two differ (tpu_aten_op_resizes_self). */
+#define TPU_ATEN_RESIZES_SELF 8
 
 /* Complex dtypes (aten/complex.c). Builders of the other families never see a complex
  * argument or output: tpu_op_prepare sends a call that has one to the complex family's
@@ -112,6 +114,8 @@ tpu_status_t tpu__fill_value_input(tpu_build_t* b);
 
 /* Wraps negative dims; IndexError naming the op when out of range. */
 tpu_status_t tpu__wrap_dim(tpu_build_t* b, int64_t dim, int ndim, int* out_dim);
+/* Tensor::expand(target) of t, as a check: its RuntimeError when t cannot be expanded. */
+tpu_status_t tpu__check_expand(tpu_build_t* b, const tpu_view_t* t, int nd, const int64_t* target);
 /* Broadcasts shapes; RuntimeError "The size of tensor a (3) must match ..." on mismatch. */
 tpu_status_t tpu__broadcast(tpu_build_t* b, const int64_t* a, int na, const int64_t* c,
                             int nc, int64_t* out, int* out_n);

@@ -179,19 +179,21 @@ static tpu_status_t build_ew(tpu_build_t* b) {
 
 /* ---- parameter readers and checks ------------------------------------------------- */
 
-static tpu_status_t alpha_param(tpu_build_t* b, tpu_dtype_t common, int i) {
-  TPU_RETURN_IF_ERROR(param(b, 0, i, 1.0));
+/* A scalar factor (add's alpha, addr's beta and alpha) into da/ia[k], with ATen's checks
+ * against the result dtype. */
+static tpu_status_t factor_param(tpu_build_t* b, int k, int i, tpu_dtype_t common, const char* name) {
+  TPU_RETURN_IF_ERROR(param(b, k, i, 1.0));
   const tpu_arg_t* a = tpu__arg(b, i);
+  bool is_bool = a && ((a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_BOOL) || a->kind == TPU_ARG_BOOL);
+  if (is_bool && common != TPU_DTYPE_BOOL)
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "Boolean %s only supported for Boolean results.", name);
   if (arg_is_float(a) && !tpu_dtype_is_floating(common))
     return tpu__err(b, TPU_INVALID_ARGUMENT,
-                    "For integral input tensors, argument alpha must not be a floating point number.");
-  bool alpha_bool = a && ((a->kind == TPU_ARG_SCALAR && a->scalar_kind == TPU_SCALAR_BOOL) || a->kind == TPU_ARG_BOOL);
-  if (alpha_bool && common != TPU_DTYPE_BOOL)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "Boolean alpha only supported for Boolean results.");
+                    "For integral input tensors, argument %s must not be a floating point number.", name);
   return NULL;
 }
 
-static tpu_status_t p_add(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) { return alpha_param(b, *c, 2); }
+static tpu_status_t p_add(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) { return factor_param(b, 0, 2, *c, "alpha"); }
 
 static tpu_status_t p_sub(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
   const tpu_arg_t *x = tpu__arg(b, 0), *y = tpu__arg(b, 1);
@@ -203,7 +205,7 @@ static tpu_status_t p_sub(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
     return tpu__err(b, TPU_UNIMPLEMENTED, "Subtraction, the `-` operator, with a bool tensor is not "
                     "supported. If you are trying to invert a mask, use the `~` or `logical_not()` "
                     "operator instead.");
-  return alpha_param(b, *c, 2);
+  return factor_param(b, 0, 2, *c, "alpha");
 }
 
 static tpu_status_t p_neg(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
@@ -394,6 +396,14 @@ static tpu_status_t p_addcdiv(tpu_build_t* b, tpu_dtype_t* c, int* f, int presen
   return param(b, 0, 3, 1.0);
 }
 
+static tpu_status_t p_addr(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
+  TPU_RETURN_IF_ERROR(factor_param(b, 1, 3, *c, "beta"));
+  TPU_RETURN_IF_ERROR(factor_param(b, 0, 4, *c, "alpha"));
+  if (*c == TPU_DTYPE_F16 || *c == TPU_DTYPE_BF16) /* CPU's kernel takes them in the dtype */
+    for (int k = 0; k < 2; ++k) b->node->da[k] = round_half(b->node->da[k], *c);
+  return NULL;
+}
+
 static tpu_status_t p_thr_bw(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) { return param(b, 0, 2, 0.0); }
 
 static tpu_status_t p_htanh_bw(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
@@ -484,6 +494,44 @@ static tpu_status_t build_log_sigmoid(tpu_build_t* b) {
   if (tpu__node_add_output(b->node, o->dtype, o->ndim, o->sizes) < 0)
     return tpu__err(b, TPU_INTERNAL, "too many outputs");
   return NULL;
+}
+
+/* addr(self, vec1, vec2, *, beta, alpha) [_, .out]: beta * self + alpha * outer(vec1,
+ * vec2), one elementwise node over [n, m] reading vec1 as a column and vec2 as a row, with
+ * the rules of CPU's TensorIterator kernel: inputs promoted to one dtype, beta == 0 ignores
+ * self (NaN included), bool results ((beta && self) || (alpha && vec1 && vec2)) left to
+ * the CPU. self is expanded to [n, m], except in place, where it must have that shape. */
+static tpu_status_t build_addr(tpu_build_t* b) {
+  tpu_arg_t args[6];
+  if (b->nargs < 5 || b->nargs > 6) return tpu__err(b, TPU_INTERNAL, "unexpected arguments");
+  memcpy(args, b->args, sizeof(tpu_arg_t) * (size_t)b->nargs);
+  const tpu_view_t* self;
+  TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &self));
+  int64_t nm[2];
+  for (int k = 1; k <= 2; ++k) {
+    tpu_view_t* v = &args[k].tensor;
+    if (args[k].kind != TPU_ARG_TENSOR) return tpu__err(b, TPU_TYPE_ERROR, "argument %d must be Tensor", k);
+    if (v->ndim != 1)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "addr: Expected 1-D argument vec%d, but got %d-D", k, v->ndim);
+    nm[k - 1] = v->sizes[0];
+    int64_t stride = v->strides[0];
+    v->ndim = 2; /* vec1 as [n, 1], vec2 as [1, m] */
+    v->sizes[2 - k] = 1; v->strides[2 - k] = 0;
+    v->sizes[k - 1] = nm[k - 1]; v->strides[k - 1] = stride;
+  }
+  if (b->variant != TPU_VARIANT_INPLACE) {
+    TPU_RETURN_IF_ERROR(tpu__check_expand(b, self, 2, nm));
+  } else {
+    char s[256];
+    if (self->ndim != 2)
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "2D tensor expected, got %dD tensor for input", self->ndim);
+    if (self->sizes[0] != nm[0] || self->sizes[1] != nm[1])
+      return tpu__err(b, TPU_INVALID_ARGUMENT, "size mismatch, input: %s, v1: [%lld], v2: [%lld]",
+                      tpu__fmt_shape(s, sizeof s, 2, self->sizes), (long long)nm[0], (long long)nm[1]);
+  }
+  tpu_build_t g = *b;
+  g.args = args;
+  return build_ew(&g);
 }
 
 tpu_status_t tpu__fill_value_input(tpu_build_t* b) {
@@ -616,6 +664,7 @@ DEF(d_where, WHERE, OPS3, 6, 0, p_where, NULL)
 static const ew_def_t d_masked_fill = {TPU_KIND_WHERE, {1, 2, 0, -1}, 0, 0, p_masked_fill, NULL};
 DEF(d_addcmul, EW_ADDCMUL, OPS3, 0, EW_NOBOOL, p_addcmul, "addcmul_cpu_out")
 DEF(d_addcdiv, EW_ADDCDIV, OPS3, 0, EW_NOBOOL, p_addcdiv, "addcdiv_cpu_out")
+DEF(d_addr, EW_ADDR, OPS3, 0, EW_NOBOOL, p_addr, "addr")
 DEF(d_lerp, EW_LERP, OPS3, 0, EW_FLOATONLY | EW_SCALAR_OPMATH, p_lerp, "lerp_kernel_scalar")
 DEF(d_clamp, EW_CLAMP, OPS3, 0, EW_OPTIONAL | EW_NOBOOL, p_clamp, "clamp_cpu")
 DEF(d_clamp_min, EW_CLAMP, OPS2, 0, 0, p_clamp_min, NULL)
@@ -719,6 +768,7 @@ const tpu_aten_entry_t tpu__aten_elementwise[] = {
     E("where.self", d_where), E("where.self_out", d_where),
     FORMS3("masked_fill", "Scalar", "Scalar_out", d_masked_fill), FORMS3("masked_fill", "Tensor", "Tensor_out", d_masked_fill),
     U3("addcmul", d_addcmul), U3("addcdiv", d_addcdiv),
+    {"addr", build_addr, &d_addr}, {"addr_", build_addr, &d_addr}, {"addr.out", build_addr, &d_addr},
     FORMS3("lerp", "Scalar", "Scalar_out", d_lerp), FORMS3("lerp", "Tensor", "Tensor_out", d_lerp),
     U3("clamp", d_clamp), FORMS3("clamp", "Tensor", "Tensor_out", d_clamp),
     U3("clamp_min", d_clamp_min), FORMS3("clamp_min", "Tensor", "Tensor_out", d_clamp_min),

@@ -8,57 +8,6 @@
 
 #include "aten/aten.h"
 
-/* How c10 prints a dtype inside messages: ScalarType names (TypeMeta names: tpu__dtype_cpp_name). */
-static const char* st_name(tpu_dtype_t d) {
-  switch (d) {
-    case TPU_DTYPE_F32: return "Float";
-    case TPU_DTYPE_F64: return "Double";
-    case TPU_DTYPE_F16: return "Half";
-    case TPU_DTYPE_BF16: return "BFloat16";
-    case TPU_DTYPE_I64: return "Long";
-    case TPU_DTYPE_I32: return "Int";
-    case TPU_DTYPE_I16: return "Short";
-    case TPU_DTYPE_I8: return "Char";
-    case TPU_DTYPE_U8: return "Byte";
-    case TPU_DTYPE_BOOL: return "Bool";
-    default: return "Unknown";
-  }
-}
-
-static const char* fmt_sizes(char* buf, size_t cap, int nd, const int64_t* s) {
-  size_t o = (size_t)snprintf(buf, cap, "[");
-  for (int i = 0; i < nd && o < cap; ++i)
-    o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
-  if (o < cap) snprintf(buf + o, cap - o, "]");
-  return buf;
-}
-
-static tpu_status_t not_implemented(tpu_build_t* b, const char* kernel, tpu_dtype_t d) {
-  return tpu__err(b, TPU_UNIMPLEMENTED, "\"%s\" not implemented for '%s'", kernel, st_name(d));
-}
-
-/* Tensor::expand(target) applied to the added tensor of addmm and friends. */
-static tpu_status_t check_expand(tpu_build_t* b, const tpu_view_t* t, int nd, const int64_t* target) {
-  char a[256], c[256];
-  if (t->ndim > nd)
-    return tpu__err(b, TPU_INVALID_ARGUMENT,
-                    "expand(torch.%sTensor{%s}, size=%s): the number of sizes provided (%d) must be "
-                    "greater or equal to the number of dimensions in the tensor (%d)",
-                    st_name(t->dtype), fmt_sizes(a, sizeof a, t->ndim, t->sizes),
-                    fmt_sizes(c, sizeof c, nd, target), nd, t->ndim);
-  for (int i = 0; i < nd; ++i) {
-    int ti = i - (nd - t->ndim);
-    if (ti < 0) continue;
-    if (t->sizes[ti] != target[i] && t->sizes[ti] != 1)
-      return tpu__err(b, TPU_INVALID_ARGUMENT,
-                      "The expanded size of the tensor (%lld) must match the existing size (%lld) "
-                      "at non-singleton dimension %d.  Target sizes: %s.  Tensor sizes: %s",
-                      (long long)target[i], (long long)t->sizes[ti], i,
-                      fmt_sizes(a, sizeof a, nd, target), fmt_sizes(c, sizeof c, t->ndim, t->sizes));
-  }
-  return NULL;
-}
-
 /* ---- matrix products ------------------------------------------------------------------ */
 
 typedef enum gemm_op_e { GM_MM, GM_BMM, GM_ADDMM, GM_BADDBMM, GM_ADDBMM, GM_ADDMV, GM_MV, GM_DOT } gemm_op_t;
@@ -96,23 +45,23 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
         return tpu__err(b, TPU_INVALID_ARGUMENT, "expected m1 and m2 to have the same dtype, but got: %s != %s",
                         tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(y->dtype));
       *out_nd = 2; out[0] = xs[0]; out[1] = ys[1];
-      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
+      if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, "addmm_impl_cpu_", x->dtype);
       return NULL;
     case GM_ADDMM:
       if (c->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "self and mat2 must have the same dtype, but got %s and %s",
-                        st_name(c->dtype), st_name(y->dtype));
+                        tpu__dtype_c10_name(c->dtype), tpu__dtype_c10_name(y->dtype));
       if (x->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 must have the same dtype, but got %s and %s",
-                        st_name(x->dtype), st_name(y->dtype));
+                        tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(y->dtype));
       if (x->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 must be a matrix, got %d-D tensor", x->ndim);
       if (y->ndim != 2) return tpu__err(b, TPU_INVALID_ARGUMENT, "mat2 must be a matrix, got %d-D tensor", y->ndim);
       if (xs[1] != ys[0])
         return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 shapes cannot be multiplied (%lldx%lld and %lldx%lld)",
                         (long long)xs[0], (long long)xs[1], (long long)ys[0], (long long)ys[1]);
       *out_nd = 2; out[0] = xs[0]; out[1] = ys[1];
-      TPU_RETURN_IF_ERROR(check_expand(b, c, 2, out));
-      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
+      TPU_RETURN_IF_ERROR(tpu__check_expand(b, c, 2, out));
+      if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, "addmm_impl_cpu_", x->dtype);
       return NULL;
     case GM_BMM:
     case GM_BADDBMM:
@@ -126,11 +75,11 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
                         "Expected size for first two dimensions of batch2 tensor to be: [%lld, %lld] but got: [%lld, %lld].",
                         (long long)xs[0], (long long)xs[2], (long long)ys[0], (long long)ys[1]);
       *out_nd = 3; out[0] = xs[0]; out[1] = xs[1]; out[2] = ys[2];
-      if (op == GM_BADDBMM) TPU_RETURN_IF_ERROR(check_expand(b, c, 3, out));
+      if (op == GM_BADDBMM) TPU_RETURN_IF_ERROR(tpu__check_expand(b, c, 3, out));
       if (x->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s",
-                        st_name(x->dtype), st_name(y->dtype));
-      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, op == GM_BMM ? "bmm" : "baddbmm", x->dtype);
+                        tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(y->dtype));
+      if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, op == GM_BMM ? "bmm" : "baddbmm", x->dtype);
       return NULL;
     case GM_ADDBMM:
       if (x->ndim != 3) return tpu__err(b, TPU_INVALID_ARGUMENT, "batch1 must be a 3D tensor");
@@ -142,14 +91,14 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
         return tpu__err(b, TPU_INVALID_ARGUMENT, "Incompatible matrix sizes for bmm (%lldx%lld and %lldx%lld)",
                         (long long)xs[1], (long long)xs[2], (long long)ys[1], (long long)ys[2]);
       *out_nd = 2; out[0] = xs[1]; out[1] = ys[2];
-      TPU_RETURN_IF_ERROR(check_expand(b, c, 2, out));
+      TPU_RETURN_IF_ERROR(tpu__check_expand(b, c, 2, out));
       if (c->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "self and mat2 must have the same dtype, but got %s and %s",
-                        st_name(c->dtype), st_name(y->dtype));
+                        tpu__dtype_c10_name(c->dtype), tpu__dtype_c10_name(y->dtype));
       if (x->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "mat1 and mat2 must have the same dtype, but got %s and %s",
-                        st_name(x->dtype), st_name(y->dtype));
-      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmm_impl_cpu_", x->dtype);
+                        tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(y->dtype));
+      if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, "addmm_impl_cpu_", x->dtype);
       return NULL;
     case GM_ADDMV:
     case GM_MV: {
@@ -165,9 +114,9 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
                         (long long)csz, (long long)xs[0], (long long)xs[1], (long long)ys[0]);
       if (cdt != x->dtype || x->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "addmv input tensors must have the same dtype, but got %s, %s, and %s",
-                        st_name(cdt), st_name(x->dtype), st_name(y->dtype));
+                        tpu__dtype_c10_name(cdt), tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(y->dtype));
       *out_nd = 1; out[0] = xs[0];
-      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "addmv_impl_cpu", x->dtype);
+      if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, "addmv_impl_cpu", x->dtype);
       return NULL;
     }
     case GM_DOT:
@@ -175,14 +124,14 @@ static tpu_status_t gemm_checks(tpu_build_t* b, gemm_op_t op, const tpu_view_t* 
         return tpu__err(b, TPU_INVALID_ARGUMENT, "1D tensors expected, but got %dD and %dD tensors", x->ndim, y->ndim);
       if (x->dtype != y->dtype)
         return tpu__err(b, TPU_INVALID_ARGUMENT, "dot : expected both vectors to have same dtype, but found %s and %s",
-                        st_name(x->dtype), st_name(y->dtype));
+                        tpu__dtype_c10_name(x->dtype), tpu__dtype_c10_name(y->dtype));
       if (xs[0] != ys[0])
         return tpu__err(b, TPU_INVALID_ARGUMENT,
                         "inconsistent tensor size, expected tensor [%lld] and src [%lld] to have the same number "
                         "of elements, but got %lld and %lld elements respectively",
                         (long long)xs[0], (long long)ys[0], (long long)xs[0], (long long)ys[0]);
       *out_nd = 0;
-      if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, "dot", x->dtype);
+      if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, "dot", x->dtype);
       return NULL;
   }
   return tpu__err(b, TPU_INTERNAL, "unknown product");
@@ -270,7 +219,7 @@ static tpu_status_t conv_list(tpu_build_t* b, int i, const char* what, int nd, i
     char s[256];
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "expected %s to be a single integer value or a list of %d values to match the "
-                    "convolution dimensions, but got %s=%s", what, nd, what, fmt_sizes(s, sizeof s, len, v));
+                    "convolution dimensions, but got %s=%s", what, nd, what, tpu__fmt_shape(s, sizeof s, len, v));
   }
   for (int d = 0; d < nd; ++d) dst[d] = v[len == 1 ? 0 : d];
   return NULL;
@@ -284,12 +233,12 @@ static tpu_status_t conv_parse(tpu_build_t* b, int xi, int wi, conv_args_t* c) {
   char s1[256], s2[256];
   if (x->ndim < 3 || x->ndim > 5)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected a 3-, 4- or 5-dimensional input, got input of size %s",
-                    fmt_sizes(s1, sizeof s1, x->ndim, x->sizes));
+                    tpu__fmt_shape(s1, sizeof s1, x->ndim, x->sizes));
   if (w->ndim != x->ndim)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Expected %d-dimensional input for %d-dimensional weight %s, but got %d-dimensional "
-                    "input of size %s instead", w->ndim, w->ndim, fmt_sizes(s1, sizeof s1, w->ndim, w->sizes),
-                    x->ndim, fmt_sizes(s2, sizeof s2, x->ndim, x->sizes));
+                    "input of size %s instead", w->ndim, w->ndim, tpu__fmt_shape(s1, sizeof s1, w->ndim, w->sizes),
+                    x->ndim, tpu__fmt_shape(s2, sizeof s2, x->ndim, x->sizes));
   int nd = c->nd = x->ndim - 2;
   TPU_RETURN_IF_ERROR(conv_list(b, 3, "stride", nd, c->stride));
   TPU_RETURN_IF_ERROR(conv_list(b, 4, "padding", nd, c->pad));
@@ -317,18 +266,18 @@ static tpu_status_t conv_parse(tpu_build_t* b, int xi, int wi, conv_args_t* c) {
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "Given groups=%lld, expected weight to be divisible by %lld at dimension 0, but got "
                       "weight of size %s instead", (long long)g, (long long)g,
-                      fmt_sizes(s1, sizeof s1, w->ndim, w->sizes));
+                      tpu__fmt_shape(s1, sizeof s1, w->ndim, w->sizes));
     if (w->sizes[1] * g != cin)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "Given groups=%lld, weight of size %s, expected input%s to have %lld channels, but "
-                      "got %lld channels instead", (long long)g, fmt_sizes(s1, sizeof s1, w->ndim, w->sizes),
-                      fmt_sizes(s2, sizeof s2, x->ndim, x->sizes), (long long)(w->sizes[1] * g), (long long)cin);
+                      "got %lld channels instead", (long long)g, tpu__fmt_shape(s1, sizeof s1, w->ndim, w->sizes),
+                      tpu__fmt_shape(s2, sizeof s2, x->ndim, x->sizes), (long long)(w->sizes[1] * g), (long long)cin);
   } else {
     if (w->sizes[0] != cin || cin % g != 0)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "Given transposed=1, weight of size %s, expected input%s to have %lld channels, but "
-                      "got %lld channels instead", fmt_sizes(s1, sizeof s1, w->ndim, w->sizes),
-                      fmt_sizes(s2, sizeof s2, x->ndim, x->sizes), (long long)w->sizes[0], (long long)cin);
+                      "got %lld channels instead", tpu__fmt_shape(s1, sizeof s1, w->ndim, w->sizes),
+                      tpu__fmt_shape(s2, sizeof s2, x->ndim, x->sizes), (long long)w->sizes[0], (long long)cin);
   }
   c->out[0] = x->sizes[0];
   c->out[1] = c->transposed ? w->sizes[1] * g : w->sizes[0];
@@ -350,10 +299,10 @@ static tpu_status_t conv_parse(tpu_build_t* b, int xi, int wi, conv_args_t* c) {
       return tpu__err(b, TPU_INVALID_ARGUMENT, "convolution output size is negative");
   }
   if (w->dtype != x->dtype)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(x->dtype),
-                    st_name(w->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(x->dtype),
+                    tpu__dtype_c10_name(w->dtype));
   if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_I64)
-    return not_implemented(b, "slow_conv2d_cpu", x->dtype);
+    return tpu__err_not_implemented_for(b, "slow_conv2d_cpu", x->dtype);
   return NULL;
 }
 
@@ -389,8 +338,8 @@ static tpu_status_t build_conv(tpu_build_t* b) {
     if (bias->ndim != 1 || bias->sizes[0] != c.out[1])
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "Given weight of size %s, expected bias to be 1-dimensional with %lld elements, but "
-                      "got bias of size %s instead", fmt_sizes(s1, sizeof s1, c.w->ndim, c.w->sizes),
-                      (long long)c.out[1], fmt_sizes(s2, sizeof s2, bias->ndim, bias->sizes));
+                      "got bias of size %s instead", tpu__fmt_shape(s1, sizeof s1, c.w->ndim, c.w->sizes),
+                      (long long)c.out[1], tpu__fmt_shape(s2, sizeof s2, bias->ndim, bias->sizes));
     if (bias->dtype != c.x->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Input type (%s) and bias type (%s) should be the same",
                       tpu__dtype_cpp_name(c.x->dtype), tpu__dtype_cpp_name(bias->dtype));
@@ -411,10 +360,10 @@ static tpu_status_t build_conv_bwd(tpu_build_t* b) {
   char s1[256], s2[256];
   if (!same)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "grad_output has wrong shape: expected %s, got %s",
-                    fmt_sizes(s1, sizeof s1, c.x->ndim, c.out), fmt_sizes(s2, sizeof s2, go->ndim, go->sizes));
+                    tpu__fmt_shape(s1, sizeof s1, c.x->ndim, c.out), tpu__fmt_shape(s2, sizeof s2, go->ndim, go->sizes));
   if (go->dtype != c.x->dtype)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(c.x->dtype),
-                    st_name(go->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(c.x->dtype),
+                    tpu__dtype_c10_name(go->dtype));
   const tpu_arg_t* m = tpu__arg(b, 9);
   bool mask[3] = {true, true, true};
   if (m && m->kind == TPU_ARG_INTLIST && m->list_len == 3) {
@@ -558,11 +507,11 @@ static tpu_status_t pool_parse(tpu_build_t* b, const pool_op_t* op, const tpu_vi
   if (!ok && ns == 2)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for input, but got:%s",
-                    fmt_sizes(s1, sizeof s1, nd, x->sizes));
+                    tpu__fmt_shape(s1, sizeof s1, nd, x->sizes));
   if (!ok)
     return tpu__err(b, TPU_INVALID_ARGUMENT,
                     "%s: Expected input's non-batch dimensions to have positive length, but input has a shape of "
-                    "%s and non-batch dimension 0 has length zero!", op->who, fmt_sizes(s1, sizeof s1, nd, x->sizes));
+                    "%s and non-batch dimension 0 has length zero!", op->who, tpu__fmt_shape(s1, sizeof s1, nd, x->sizes));
   if (avg3 && (in[0] < a->k[0] || in[1] < a->k[1] || in[2] < a->k[2]))
     return tpu__err(b, TPU_INVALID_ARGUMENT, "input image (%s) smaller than kernel size (%s)",
                     fmt_khw(s1, sizeof s1, 3, "", in), fmt_khw(s2, sizeof s2, 3, "k", a->k));
@@ -612,7 +561,7 @@ static tpu_status_t build_maxpool(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   pool_args_t a;
   TPU_RETURN_IF_ERROR(pool_parse(b, op, x, 1, true, &a));
-  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, op->name, x->dtype);
+  if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, op->name, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
   pool_attrs(n, &a, op->ns);
@@ -625,7 +574,7 @@ static tpu_status_t build_maxpool(tpu_build_t* b) {
 
 static tpu_status_t indices_check(tpu_build_t* b, const tpu_view_t* ind) {
   if (ind->dtype != TPU_DTYPE_I64)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type Long but found %s", st_name(ind->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type Long but found %s", tpu__dtype_c10_name(ind->dtype));
   return NULL;
 }
 
@@ -645,7 +594,7 @@ static tpu_status_t build_maxpool_bwd(tpu_build_t* b) {
   TPU_RETURN_IF_ERROR(indices_check(b, ind));
   TPU_RETURN_IF_ERROR(check_grad_shape(b, go, x->ndim, op->ns, a.out));
   TPU_RETURN_IF_ERROR(check_grad_shape(b, ind, x->ndim, op->ns, a.out));
-  if (x->dtype == TPU_DTYPE_BOOL) return not_implemented(b, op->who, x->dtype);
+  if (x->dtype == TPU_DTYPE_BOOL) return tpu__err_not_implemented_for(b, op->who, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
@@ -667,7 +616,7 @@ static tpu_status_t avg_common(tpu_build_t* b, const pool_op_t* op, const tpu_vi
   if (!tpu__arg_is_none(b, ki + 5) && div == 0)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "divisor must be not zero");
   if (!tpu_dtype_is_floating(x->dtype) && x->dtype != TPU_DTYPE_I64)
-    return not_implemented(b, op->ns == 3 ? "avg_pool3d_out_frame" : "avg_pool2d", x->dtype);
+    return tpu__err_not_implemented_for(b, op->ns == 3 ? "avg_pool3d_out_frame" : "avg_pool2d", x->dtype);
   pool_attrs(n, a, op->ns);
   n->ia[12] = cip;
   n->ia[13] = div;
@@ -699,8 +648,8 @@ static tpu_status_t build_avgpool_bwd(tpu_build_t* b) {
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(avg_common(b, op, x, 2, &a, n));
   if (go->dtype != x->dtype && op->ns == 3)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(x->dtype),
-                    st_name(go->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(x->dtype),
+                    tpu__dtype_c10_name(go->dtype));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected dtype %s for `gradOutput` but got dtype %s",
                     tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
@@ -727,22 +676,22 @@ static tpu_status_t adaptive_parse(tpu_build_t* b, const pool_op_t* op, bool is_
   int nd = x->ndim;
   if (nd != ns + 1 && nd != ns + 2)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s(): Expected %dD or %dD tensor, but got%s %s", name, ns + 1, ns + 2,
-                    is_max ? ":" : "", fmt_sizes(s1, sizeof s1, nd, x->sizes));
+                    is_max ? ":" : "", tpu__fmt_shape(s1, sizeof s1, nd, x->sizes));
   for (int d = 1; d < nd; ++d)
     if (x->sizes[d] == 0)
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "%s(): Expected input to have non-zero size for non-batch dimensions, but input has "
-                      "sizes %s with dimension %d being empty", name, fmt_sizes(s1, sizeof s1, nd, x->sizes), d);
+                      "sizes %s with dimension %d being empty", name, tpu__fmt_shape(s1, sizeof s1, nd, x->sizes), d);
   for (int j = 0; j < ns; ++j)
     if (os[j] < 0) {
-      fmt_sizes(s1, sizeof s1, ns, os);
+      tpu__fmt_shape(s1, sizeof s1, ns, os);
       s1[0] = '{';
       s1[strlen(s1) - 1] = '}';
       return tpu__err(b, TPU_INVALID_ARGUMENT,
                       "%s: elements of output_size must be greater than or equal to 0 but received %s", name, s1);
     }
   if (!tpu_dtype_is_floating(x->dtype))
-    return not_implemented(b, ns == 3 ? (is_max ? "adaptive_max_pool3d_cpu" : "adaptive_avg_pool3d_cpu") : name,
+    return tpu__err_not_implemented_for(b, ns == 3 ? (is_max ? "adaptive_max_pool3d_cpu" : "adaptive_avg_pool3d_cpu") : name,
                            x->dtype);
   for (int d = 0; d < nd - ns; ++d) out[d] = x->sizes[d];
   for (int j = 0; j < ns; ++j) out[nd - ns + j] = os[j];
@@ -796,13 +745,13 @@ static tpu_status_t build_adaptive_avg_bwd(tpu_build_t* b) {
     if (go->sizes[d] != x->sizes[d])
       return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: grad_output and input sizes differ at dimension %d", who, d);
   if (go->dtype != x->dtype && ns == 3)
-    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(x->dtype),
-                    st_name(go->dtype));
+    return tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(x->dtype),
+                    tpu__dtype_c10_name(go->dtype));
   if (go->dtype != x->dtype)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "%s: Expected dtype %s for `grad_output` but got dtype %s", who,
                     tpu__dtype_cpp_name(x->dtype), tpu__dtype_cpp_name(go->dtype));
   if (!tpu_dtype_is_floating(x->dtype))
-    return not_implemented(b, ns == 3 ? "adaptive_avg_pool3d_backward_cpu" : "adaptive_avg_pool2d_backward_cpu",
+    return tpu__err_not_implemented_for(b, ns == 3 ? "adaptive_avg_pool3d_backward_cpu" : "adaptive_avg_pool2d_backward_cpu",
                            x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
@@ -836,11 +785,11 @@ static tpu_status_t build_adaptive_max_bwd(tpu_build_t* b) {
     same = go->sizes[d] == ind->sizes[d] && (d >= x->ndim - ns || go->sizes[d] == x->sizes[d]);
   if (!same && ns == 3)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected sizes %s for `gradOutput` but got sizes %s",
-                    fmt_sizes(s1, sizeof s1, ind->ndim, ind->sizes), fmt_sizes(s2, sizeof s2, go->ndim, go->sizes));
+                    tpu__fmt_shape(s1, sizeof s1, ind->ndim, ind->sizes), tpu__fmt_shape(s2, sizeof s2, go->ndim, go->sizes));
   if (!same)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "expected sizes of grad_output %s and indices %s to match",
-                    fmt_sizes(s1, sizeof s1, go->ndim, go->sizes), fmt_sizes(s2, sizeof s2, ind->ndim, ind->sizes));
-  if (!tpu_dtype_is_floating(x->dtype)) return not_implemented(b, op->who, x->dtype);
+                    tpu__fmt_shape(s1, sizeof s1, go->ndim, go->sizes), tpu__fmt_shape(s2, sizeof s2, ind->ndim, ind->sizes));
+  if (!tpu_dtype_is_floating(x->dtype)) return tpu__err_not_implemented_for(b, op->who, x->dtype);
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, go));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, x));
@@ -900,7 +849,7 @@ static tpu_status_t build_trsm(tpu_build_t* b) {
                       "dimensions instead", who, A->ndim);
     if (A->dtype != B->dtype)
       return tpu__err(b, TPU_INVALID_ARGUMENT, "Expected b and A to have the same dtype, but found b of type %s and "
-                      "A of type %s instead.", st_name(B->dtype), st_name(A->dtype));
+                      "A of type %s instead.", tpu__dtype_c10_name(B->dtype), tpu__dtype_c10_name(A->dtype));
   } else {
     TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &A));
     TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 1, &B));
@@ -937,14 +886,14 @@ static tpu_status_t build_trsm(tpu_build_t* b) {
   int bnd;
   TPU_RETURN_IF_ERROR(tpu__broadcast(b, B->sizes, bn - 2, A->sizes, an - 2, batch, &bnd));
   if (bnd + 2 > TPU_MAX_DIMS) return tpu__err(b, TPU_INVALID_ARGUMENT, "too many dimensions");
-  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return not_implemented(b, "triangular_solve_cpu", A->dtype);
+  if (A->dtype != TPU_DTYPE_F32 && A->dtype != TPU_DTYPE_F64) return tpu__err_not_implemented_for(b, "triangular_solve_cpu", A->dtype);
   if (b->variant == TPU_VARIANT_OUT) {
     const tpu_arg_t* o = tpu__arg(b, b->nargs - (legacy ? 2 : 1));
     if (o && o->kind == TPU_ARG_TENSOR && o->tensor.dtype != A->dtype)
       return legacy ? tpu__err(b, TPU_INVALID_ARGUMENT, "Expected out tensor to have dtype %s, but got %s instead",
                                tpu__dtype_cpp_name(A->dtype), tpu__dtype_cpp_name(o->tensor.dtype))
-                    : tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", st_name(A->dtype),
-                               st_name(o->tensor.dtype));
+                    : tpu__err(b, TPU_INVALID_ARGUMENT, "expected scalar type %s but found %s", tpu__dtype_c10_name(A->dtype),
+                               tpu__dtype_c10_name(o->tensor.dtype));
   }
   tpu_node_t* n = b->node;
   TPU_RETURN_IF_ERROR(tpu__node_add_input(n, A));
@@ -977,7 +926,7 @@ const tpu_aten_entry_t tpu__aten_linalg[] = {
     {"_addmm_activation", build_addmm_activation, NULL}, {"_addmm_activation.out", build_addmm_activation, NULL},
     {"baddbmm", build_gemm, &g_baddbmm}, {"baddbmm_", build_gemm, &g_baddbmm},
     {"baddbmm.out", build_gemm, &g_baddbmm},
-    {"addbmm", build_gemm, &g_addbmm}, {"addbmm_", build_gemm, &g_addbmm}, {"addbmm.out", build_gemm, &g_addbmm},
+    {"addbmm", build_gemm, &g_addbmm}, {"addbmm_", build_gemm, &g_addbmm, TPU_ATEN_RESIZES_SELF}, {"addbmm.out", build_gemm, &g_addbmm},
     {"addmv", build_gemm, &g_addmv}, {"addmv_", build_gemm, &g_addmv}, {"addmv.out", build_gemm, &g_addmv},
     {"mv", build_gemm, &g_mv}, {"mv.out", build_gemm, &g_mv},
     {"dot", build_gemm, &g_dot}, {"dot.out", build_gemm, &g_dot},

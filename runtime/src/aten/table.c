@@ -172,6 +172,10 @@ bool tpu_aten_op_needs_seed(int i) {
   return i >= 0 && i < tpu_aten_op_count() && (entries[i]->flags & TPU_ATEN_NEEDS_SEED);
 }
 
+bool tpu_aten_op_resizes_self(int i) {
+  return i >= 0 && i < tpu_aten_op_count() && (entries[i]->flags & TPU_ATEN_RESIZES_SELF);
+}
+
 const char* tpu_node_name(const tpu_node_t* n) { return tpu__node_describe(n); }
 
 const char* tpu__node_describe(const tpu_node_t* n) {

@@ -281,7 +281,7 @@ tpu_dtype_t tpu__real_of(tpu_dtype_t dtype);
 /* c10's name for a dtype ("Float", "BFloat16"), as PyTorch's error messages print it. */
 const char* tpu__dtype_c10_name(tpu_dtype_t dtype);
 /* "[2, 3]" into buf. */
-void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* sizes);
+const char* tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* sizes); /* "[2, 3]"; returns buf */
 
 /* Greedy non-maximum suppression with torchvision's CPU semantics (core/boxes.c):
  * boxes are n rows of (x1, y1, x2, y2), dense, dtype F32 or F64 like scores (n). Boxes

@@ -179,11 +179,12 @@ tpu_status_t tpu__node_set_ilist(tpu_node_t* n, const int64_t* v, int len) {
   return NULL;
 }
 
-void tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
+const char* tpu__fmt_shape(char* buf, size_t cap, int nd, const int64_t* s) {
   size_t o = (size_t)snprintf(buf, cap, "[");
   for (int i = 0; i < nd && o < cap; ++i)
     o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)s[i]);
   if (o < cap) snprintf(buf + o, cap - o, "]");
+  return buf;
 }
 
 int tpu_node_output_count(const tpu_node_t* n) { return n->n_out; }

@@ -6,6 +6,8 @@
 #include "host/host.h"
 #include "host/vmath.h"
 
+#define EW_IA_RESULT (TPU_NODE_NUM_IATTR - 1) /* the builders' result dtype slot */
+
 
 /* Integer division by zero found inside a tile is raised with tpu__tile_fault() (tile
  * functions cannot return a status; tiles may run on pool threads) and turned into the
@@ -317,6 +319,39 @@ TILE_F(xlogy, 2, b != b ? b : a == 0 ? (T)0 : a * log(b))
 /* ---- ternary ---------------------------------------------------------------------------- */
 TILE_FIS(addcmul, 3, a + p0 * b * c, UADD(a, UMUL(p0, UMUL(b, c))))
 TILE_F(addcdiv, 3, a + p0 * (b / c))
+/* addr: beta * a + alpha * b * c (p1 beta, p0 alpha); beta == 0 ignores a, NaN included,
+ * as CPU's kernel. With an f16/bf16 result each product and the sum round to it, as that
+ * kernel's Half/BFloat16 arithmetic does: cancellation makes the difference visible. */
+TILE_FI(addr_wide, 3, p1 == 0 ? p0 * b * c : p1 * a + p0 * b * c,
+        p1 == 0 ? UMUL(UMUL(p0, b), c) : UADD(UMUL(p1, a), UMUL(UMUL(p0, b), c)))
+#define addr_f64 addr_wide_f64
+#define addr_i64 addr_wide_i64
+static void addr_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
+  tpu_dtype_t res = (tpu_dtype_t)nd->ia[EW_IA_RESULT];
+  if (res != TPU_DTYPE_F16 && res != TPU_DTYPE_BF16) {
+    addr_wide_f32(n, o, in, nd);
+    return;
+  }
+  float* r = o;
+  const float *a = in[0], *b = in[1], *c = in[2];
+  const float alpha = (float)nd->da[0], beta = (float)nd->da[1];
+  float t[256];
+  for (int64_t i0 = 0; i0 < n; i0 += 256) {
+    int64_t m = n - i0 < 256 ? n - i0 : 256;
+    for (int64_t i = 0; i < m; ++i) t[i] = alpha * b[i0 + i];
+    tpu__round_f32_run(t, m, res);
+    for (int64_t i = 0; i < m; ++i) t[i] *= c[i0 + i];
+    tpu__round_f32_run(t, m, res);
+    if (beta == 0) {
+      memcpy(r + i0, t, sizeof(float) * (size_t)m);
+      continue;
+    }
+    for (int64_t i = 0; i < m; ++i) r[i0 + i] = beta * a[i0 + i];
+    tpu__round_f32_run(r + i0, m, res);
+    for (int64_t i = 0; i < m; ++i) r[i0 + i] += t[i];
+    tpu__round_f32_run(r + i0, m, res);
+  }
+}
 TILE_FS(lerp, 3, fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * ((T)1 - c))
 
 /* clamp: in[1] and in[2] are the bounds that were given (ia[1] has min, ia[2] has max),
@@ -409,7 +444,6 @@ static bool pure[TPU_KIND_COUNT];
 /* Division kinds check for integer division by zero; their float kernels are pure. */
 static bool zero_div[TPU_KIND_COUNT];
 
-#define EW_IA_RESULT (TPU_NODE_NUM_IATTR - 1) /* the builders' result dtype slot */
 
 /* f32 tile, then rounded through the f16/bf16 result dtype (the out= tensor is wider). */
 static void f32_round_f16(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
@@ -498,7 +532,7 @@ void tpu__host_register_elementwise(tpu_host_kernel_fn* table) {
   REG_I(EW_BITWISE_AND, bitwise_and) REG_I(EW_BITWISE_OR, bitwise_or) REG_I(EW_BITWISE_XOR, bitwise_xor)
   REG_FI(EW_LOGICAL_AND, logical_and) REG_FI(EW_LOGICAL_OR, logical_or) REG_FI(EW_LOGICAL_XOR, logical_xor)
   REG_F(EW_HYPOT, hypot) REG_F(EW_COPYSIGN, copysign) REG_F(EW_XLOGY, xlogy) REG_FI(EW_RSUB, rsub)
-  REG_FI(EW_ADDCMUL, addcmul) REG_F(EW_ADDCDIV, addcdiv) REG_F(EW_LERP, lerp) REG_FI(EW_CLAMP, clamp)
+  REG_FI(EW_ADDCMUL, addcmul) REG_F(EW_ADDCDIV, addcdiv) REG_F(EW_LERP, lerp) REG_FI(EW_ADDR, addr) REG_FI(EW_CLAMP, clamp)
   REG_FI(EW_THRESHOLD_BW, threshold_bw) REG_F(EW_GELU_BW, gelu_bw) REG_F(EW_GELU_TANH_BW, gelu_tanh_bw)
   REG_F(EW_SILU_BW, silu_bw) REG_F(EW_SIGMOID_BW, sigmoid_bw) REG_F(EW_TANH_BW, tanh_bw)
   REG_F(EW_HARDTANH_BW, hardtanh_bw) REG_F(EW_LEAKY_RELU_BW, leaky_relu_bw) REG_F(EW_ELU_BW, elu_bw)
