@@ -1,6 +1,8 @@
 """The validator's judgment of one model (torchtpu/_validate/runner.py), on small
 hand-made models: the tpu runs start from the model as built, and the float64 re-check
-of a mismatch accepts integer outputs that equal the CPU's."""
+of a mismatch accepts integer outputs that equal the CPU's, and takes the CPU's float32
+error at every core where one thread's does not clear the mismatch; the tie-order re-check
+accepts outputs that match the CPU's with topk/sort ties in index order."""
 import copy
 
 import torch
@@ -97,6 +99,115 @@ def test_float64_recheck_refuses_a_size_farther_from_float64_than_cpus():
 def test_float64_recheck_refuses_a_size_float32_settles():
     m = _recheck_sized(6, x=torch.tensor([0.2] * 4 + [0.05] * 4))  # CPU and float64 both keep 4
     assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+class Tripled(nn.Module):
+    def forward(self, x):
+        return x * 3.0
+
+
+def _recheck_threads(monkeypatch, cpu_err_at_every_core):
+    """The tpu output is 10x the one-thread CPU forward's error from float64; the CPU's
+    forward at every core (stubbed) is `cpu_err_at_every_core` times it."""
+    model, x = Tripled(), 1000 * torch.randn(64, generator=torch.Generator().manual_seed(0))
+    cand = ("x", (x,), {})
+    expected = model(x)
+    ref64 = x.double() * 3.0
+    e1 = float((expected.double() - ref64).abs().max())
+    assert e1 > 0
+    runs = []
+    monkeypatch.setattr(R, "_cpu_forward", lambda m, c, rng_log=None, threads=None:
+                        runs.append(threads) or (ref64 + cpu_err_at_every_core * e1).float())
+    monkeypatch.setattr(R.os, "cpu_count", lambda: torch.get_num_threads() + 1)
+    result = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "out: ...",
+                                   "_tpu_out": {"out": (ref64 + 10 * e1).float()}}}}
+    R._recheck_in_float64(model, cand, expected, result)
+    assert runs == [torch.get_num_threads() + 1]
+    return result["modes"]["strict"]
+
+
+def test_float64_recheck_takes_the_cpu_error_at_every_core(monkeypatch):
+    m = _recheck_threads(monkeypatch, 8)
+    assert m["status"] == "pass" and "ill-conditioned" in m["note"], m
+
+
+def test_float64_recheck_refuses_when_no_cpu_run_is_as_far(monkeypatch):
+    m = _recheck_threads(monkeypatch, 2)
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+class TiedRouter(nn.Module):
+    """A zero-initialized router: every expert scores the same, so which two topk picks
+    is the order of ties, which PyTorch leaves unspecified."""
+
+    def __init__(self, use_topk=True):
+        super().__init__()
+        self.use_topk = use_topk
+
+    def forward(self, x):
+        scores = torch.zeros(x.shape[0], 8)
+        if not self.use_topk:
+            return x * 2.0
+        idx = scores.topk(2, dim=-1).indices
+        return x * (idx.sum(-1, keepdim=True) + 1).float()
+
+
+def _recheck_ties(tpu_picks, use_topk=True):
+    model, x = TiedRouter(use_topk), torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    out = x * float(sum(tpu_picks) + 1)
+    result = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "out: ...",
+                                   "_tpu_out": {"out": out}}}}
+    R._recheck_tie_order(model, ("x", (x,), {}), result)
+    return result["modes"]["strict"]
+
+
+def test_tie_order_recheck_accepts_topk_ties_taken_in_index_order():
+    m = _recheck_ties((0, 1))
+    assert m["status"] == "pass" and m["note"].startswith("ties:"), m
+
+
+def test_tie_order_recheck_refuses_other_picks():
+    m = _recheck_ties((6, 7))
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+def test_tie_order_recheck_needs_a_topk_or_sort_call():
+    m = _recheck_ties((0.5,), use_topk=False)  # x * 1.5 vs the model's x * 2: not about ties
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+    m = _recheck_ties((0.5, 0.5), use_topk=False)  # equal to the model's output, but no tie decided it
+    assert m["status"] == "fail" and m["cause"] == "mismatch", m
+
+
+class MakesItsOwnFloat32(nn.Module):
+    """Like DAB-DETR's sine position table: float32 asked for by name inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        pos = torch.arange(4, dtype=torch.float32) / 4 + torch.zeros(4).float()
+        return x + self.lin(pos.to(torch.float32))
+
+
+def test_float64_references_take_the_models_own_float32_as_float64():
+    model, x = MakesItsOwnFloat32(), torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
+    try:
+        copy.deepcopy(model).double()(x.double())
+        raise AssertionError("expected the plain float64 copy to fail on mixed dtypes")
+    except RuntimeError:
+        pass
+    step, _ = R._step64(model, ("x", (x,), {}))
+    assert step and all(v.dtype == torch.float64 for v in step.values()), step
+    expected = model(x)
+    y64 = x.double() + model.lin.double()(torch.arange(4, dtype=torch.float64) / 4)
+    model.lin.float()
+    result = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "out: ...",
+                                   "_tpu_out": {"out": (2 * y64 - expected.double()).float()}}}}
+    R._recheck_in_float64(model, ("x", (x,), {}), expected, result)
+    assert result["modes"]["strict"]["status"] == "pass", result
+    assert torch.get_default_dtype() == torch.float32
 
 
 class TwoLayer(nn.Module):

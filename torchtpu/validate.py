@@ -174,8 +174,12 @@ def main(argv=None):
     # one write() per line on an O_APPEND file: shards running in parallel can share it
     out = os.open(a.results, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
+    from ._validate.report import git_build
+    build = git_build()
+
     def on_result(r):
         r["date"] = time.strftime("%Y-%m-%d")
+        r["build"] = build
         os.write(out, (json.dumps(r, default=str) + "\n").encode())
         counts[r["status"]] = counts.get(r["status"], 0) + 1
         n = sum(counts.values())

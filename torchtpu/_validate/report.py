@@ -31,6 +31,16 @@ def _load(path):
     return res
 
 
+def git_build():
+    """The checkout's commit (short hash, '-dirty' with uncommitted changes), or ''."""
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        return subprocess.run(["git", "-C", root, "describe", "--always", "--dirty", "--abbrev=7"],
+                              capture_output=True, text=True).stdout.strip()
+    except Exception:
+        return ""
+
+
 def _versions():
     v = {}
     for mod in ("torch", "torchvision", "transformers", "timm"):
@@ -39,12 +49,6 @@ def _versions():
         except Exception:
             v[mod] = "not installed"
     v["python"] = platform.python_version()
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        v["torchtpu (git)"] = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                                             capture_output=True, text=True).stdout.strip()
-    except Exception:
-        pass
     return v
 
 
@@ -107,6 +111,9 @@ def render(results_path, out_path, enumerated=None):
     w("")
     w(f"Run dates: {', '.join(dates) or '-'}; rendered {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.")
     w("Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + ".")
+    builds = collections.Counter(r.get("build") or "not recorded" for r in rs)
+    w("torchtpu builds (git) of the results shown: " + ", ".join(
+        f"{b} ({n} model{'s' if n != 1 else ''})" for b, n in builds.most_common()) + ".")
     w("")
     # ---------------------------------------------------------------- coverage
     w("Reproduce: `python -m torchtpu.validate --shard 0/2` and `--shard 1/2` in two "

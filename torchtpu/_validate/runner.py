@@ -379,6 +379,8 @@ def _run_model(model_id, modes, train):
             result["device_dead"] = True
             break
     if any(m.get("cause") == "mismatch" for m in result["modes"].values()):
+        _recheck_tie_order(model, cand, result, rng_log)
+    if any(m.get("cause") == "mismatch" for m in result["modes"].values()):
         _recheck_in_float64(model, cand, expected, result, rng_log)
     if train and not result.get("device_dead"):
         result["train"] = _train(pristine, cand, modes, rng_log, recheck_by=t0 + RECHECK_BUDGET_S)
@@ -424,6 +426,92 @@ def _accept_rechecked(m, note):
         m["detail"] = ", ".join(sorted(m["fallback_ops"]))
 
 
+class _TiesInIndexOrder(torch.overrides.TorchFunctionMode):
+    """torch.topk, and torch.sort/argsort without stable=True, with equal values in index
+    order, as the tpu's kernels order them (a stable sort's order). CPU's leave that order
+    to their algorithms (topk: std::nth_element or std::partial_sort over (value, index)
+    pairs; an unstable sort of many elements); PyTorch does not specify it. Counts the
+    calls."""
+
+    _SORTS = (torch.sort, torch.Tensor.sort, torch.argsort, torch.Tensor.argsort)
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if kwargs.get("out") is None:
+            if func in (torch.topk, torch.Tensor.topk):
+                self.calls += 1
+                return _topk_in_index_order(*args, **kwargs)
+            if func in self._SORTS and not kwargs.get("stable"):
+                self.calls += 1
+                kw = dict(zip(("dim", "descending"), args[1:]), **kwargs)
+                kw["stable"] = True
+                return func(args[0], **kw)
+        return func(*args, **kwargs)
+
+
+def _topk_in_index_order(x, k, dim=-1, largest=True, sorted=True):
+    v, i = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return torch.return_types.topk((v.narrow(dim, 0, k), i.narrow(dim, 0, k)))
+
+
+def _recheck_tie_order(model, cand, result, rng_log=None):
+    """A forward mismatch where the model calls topk or sort is re-judged against the CPU
+    forward with their ties in index order (_TiesInIndexOrder): a model whose random init
+    makes scores exactly equal (a zero-initialized MoE router, detection scores that all
+    round to one value) selects other experts or boxes, or lists them in another order, on
+    tpu only because PyTorch leaves the order of ties unspecified. The mode passes, with a
+    note, when every output matches that forward within the usual tolerance."""
+    modes = [m for m in result["modes"].values() if m.get("cause") == "mismatch" and m.get("_tpu_out")]
+    if not modes:
+        return
+    tie_mode = _TiesInIndexOrder()
+    try:
+        torch.manual_seed(0)
+        with torch.no_grad(), tie_mode:
+            ref = dict(flatten(call(model, cand, rng_log)))
+    except Exception:
+        return
+    if not tie_mode.calls:
+        return
+    for m in modes:
+        if set(ref) != set(m["_tpu_out"]):
+            continue
+        if all(compare(m["_tpu_out"][p], ref[p])[0] for p in ref):
+            _accept_rechecked(m, f"ties: {m['detail']}; the CPU forward with the equal values of topk and "
+                                 f"sort in index order (as on tpu; PyTorch leaves their order unspecified, "
+                                 f"{tie_mode.calls} call(s)) matches every output")
+
+
+class _Float64Throughout(torch.overrides.TorchFunctionMode):
+    """The float64 references' context: float32 the model asks for itself (a sine position
+    table built with dtype=torch.float32, `.float()`, a factory at the default dtype) is
+    float64 instead, so a float64 copy of the model does not fail on a mixed-dtype op
+    (linear of a float64 weight and a float32 input). Ops that accept no float64 still fail
+    (the re-check then does not apply)."""
+
+    def __enter__(self):
+        self._default = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float64)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.set_default_dtype(self._default)
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.float:
+            func = torch.Tensor.double
+        if kwargs.get("dtype") is torch.float32:
+            kwargs["dtype"] = torch.float64
+        args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+        return func(*args, **kwargs)
+
+
 def _recheck_in_float64(model, cand, expected, result, rng_log=None):
     """A forward mismatch is re-judged against a float64 CPU reference: when the tpu's
     float32 error (vs float64) is within 2x the CPU's own float32 error on the worst
@@ -431,50 +519,37 @@ def _recheck_in_float64(model, cand, expected, result, rng_log=None):
     wrong on tpu; the mode then passes with a note. An output whose size the model decides
     by comparisons (keypoints over a threshold, detections after NMS) may differ in size
     only where the CPU's own float32 size differs from the float64 one too (float32
-    cannot settle those comparisons), and by no more than the CPU's in each dim."""
+    cannot settle those comparisons), and by no more than the CPU's in each dim.
+
+    The CPU's own error is the larger of its forward as the validation ran it (one thread)
+    and its forward at PyTorch's default thread count (every core), run only when the
+    first does not clear the mismatch, as _recheck_train_in_float64 does: the thread count
+    splits long sums differently, and a model that amplifies rounding moves the CPU's
+    float32 error with it (legacy_seresnet152: 1.51 at one thread, 7.00 at two, against a
+    float64 forward whose largest output is 370; the tpu's 5.46)."""
     try:
         m64 = copy.deepcopy(model).double()
         to64 = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
         c64 = (cand[0], tree_map(to64, cand[1]), tree_map(to64, cand[2]))
         torch.manual_seed(0)
-        with torch.no_grad():
+        with torch.no_grad(), _Float64Throughout():
             ref64 = dict(flatten(call(m64, c64, rng_log)))
         del m64
     except Exception:
         return
-    cpu32 = dict(flatten(expected))
+    cpu_runs = [dict(flatten(expected))]
     for mode, m in result["modes"].items():
         if m.get("cause") != "mismatch" or not m.get("_tpu_out"):
             continue
-        worst_tpu, worst_cpu = 0.0, 0.0
-        ok = True
-        sized, compared = [], 0
-        for path, t in m["_tpu_out"].items():
-            r = ref64.get(path)
-            c = cpu32.get(path)
-            if c is not None and r is not None and c.shape != t.shape:
-                if c.shape == r.shape or not (t.dim() == c.dim() == r.dim()) or any(
-                        abs(a - b) > abs(x - b) for a, x, b in zip(t.shape, c.shape, r.shape)):
-                    ok = False
-                    break
-                sized.append(f"{path} {list(t.shape)} (CPU float32 {list(c.shape)}, float64 {list(r.shape)})")
-                continue
-            if c is not None and not t.is_floating_point() and not t.is_complex():
-                # integer outputs (labels, indices) have no float64 rounding to compare:
-                # they must equal the CPU's exactly
-                if c.shape != t.shape or not torch.equal(c, t):
-                    ok = False
-                    break
-                continue
-            if r is None or c is None or r.shape != t.shape or not t.is_floating_point():
-                ok = False
-                break
-            et = float((t.double() - r).abs().nan_to_num(0, 0, 0).max())
-            ec = float((c.double() - r).abs().nan_to_num(0, 0, 0).max())
-            worst_tpu, worst_cpu = max(worst_tpu, et), max(worst_cpu, ec)
-            compared += 1
-            if et > 2 * ec + tol(c.dtype)[0]:
-                ok = False
+        verdict = _judge_forward(m["_tpu_out"], ref64, cpu_runs)
+        if not verdict[0] and len(cpu_runs) == 1 and (os.cpu_count() or 1) > torch.get_num_threads():
+            try:
+                cpu_runs.append(dict(flatten(_cpu_forward(model, cand, rng_log, os.cpu_count()))))
+            except Exception:
+                pass
+            else:
+                verdict = _judge_forward(m["_tpu_out"], ref64, cpu_runs)
+        ok, sized, compared, worst_tpu, worst_cpu = verdict
         if ok and sized:
             _accept_rechecked(m, f"ill-conditioned sizes: {m['detail']}; sizes float32 cannot settle: "
                                  f"{'; '.join(sized[:3])}" + (f" (+{len(sized) - 3} more)" if len(sized) > 3 else "")
@@ -485,6 +560,51 @@ def _recheck_in_float64(model, cand, expected, result, rng_log=None):
                                  f"error is {worst_tpu:.3g}, the CPU float32's {worst_cpu:.3g}")
     for m in result["modes"].values():
         m.pop("_tpu_out", None)
+
+
+def _judge_forward(tpu_out, ref64, cpu_runs):
+    """_recheck_in_float64's verdict on one mode's outputs: (ok, sized outputs, compared
+    count, the tpu's and the CPU's worst error vs float64). Sizes are judged against the
+    first CPU run; an output's CPU error is the largest among the runs."""
+    worst_tpu, worst_cpu = 0.0, 0.0
+    sized, compared = [], 0
+    for path, t in tpu_out.items():
+        r = ref64.get(path)
+        c = cpu_runs[0].get(path)
+        if c is not None and r is not None and c.shape != t.shape:
+            if c.shape == r.shape or not (t.dim() == c.dim() == r.dim()) or any(
+                    abs(a - b) > abs(x - b) for a, x, b in zip(t.shape, c.shape, r.shape)):
+                return False, sized, compared, worst_tpu, worst_cpu
+            sized.append(f"{path} {list(t.shape)} (CPU float32 {list(c.shape)}, float64 {list(r.shape)})")
+            continue
+        if c is not None and not t.is_floating_point() and not t.is_complex():
+            # integer outputs (labels, indices) have no float64 rounding to compare:
+            # they must equal the CPU's exactly
+            if c.shape != t.shape or not torch.equal(c, t):
+                return False, sized, compared, worst_tpu, worst_cpu
+            continue
+        if r is None or c is None or r.shape != t.shape or not t.is_floating_point():
+            return False, sized, compared, worst_tpu, worst_cpu
+        et = float((t.double() - r).abs().nan_to_num(0, 0, 0).max())
+        ec = max(float((run[path].double() - r).abs().nan_to_num(0, 0, 0).max())
+                 for run in cpu_runs if path in run and run[path].shape == r.shape)
+        worst_tpu, worst_cpu = max(worst_tpu, et), max(worst_cpu, ec)
+        compared += 1
+        if et > 2 * ec + tol(c.dtype)[0]:
+            return False, sized, compared, worst_tpu, worst_cpu
+    return True, sized, compared, worst_tpu, worst_cpu
+
+
+def _cpu_forward(model, cand, rng_log=None, threads=None):
+    """The CPU float32 forward again, at `threads` intra-op threads (restored after)."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads or before)
+        torch.manual_seed(0)
+        with torch.no_grad():
+            return call(model, cand, rng_log)
+    finally:
+        torch.set_num_threads(before)
 
 
 def _cpu_step(model, cand, rng_log=None, threads=None):
@@ -645,8 +765,9 @@ def _step64(model, cand, rng_log=None, decisions=None):
     to64 = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
     c64 = (cand[0], tree_map(to64, cand[1]), tree_map(to64, cand[2]))
     torch.manual_seed(0)
-    loss = _loss_of(call(m64, c64, rng_log))
-    loss.backward()
+    with _Float64Throughout():
+        loss = _loss_of(call(m64, c64, rng_log))
+        loss.backward()
     return dict(flatten({"loss": loss.detach().double(),
                          "grad": {n: p.grad for n, p in m64.named_parameters() if p.grad is not None}})), flips[0]
 
