@@ -321,11 +321,11 @@ def _near_zero_relu():
 def test_step64_takes_the_tpus_relu_decision_only_near_zero():
     model, cand, own, flipped = _near_zero_relu()
     plain, n0 = R._step64(model, cand)
-    same, n1 = R._step64(model, cand, decisions={"relu": [own]})
-    sub, n2 = R._step64(model, cand, decisions={"relu": [flipped]})
+    same, n1 = R._step64(model, cand, decisions=[own])
+    sub, n2 = R._step64(model, cand, decisions=[flipped])
     far = own.clone()
     far[1, 0] = ~far[1, 0]  # an input far from zero keeps float64's decision
-    kept, n3 = R._step64(model, cand, decisions={"relu": [far]})
+    kept, n3 = R._step64(model, cand, decisions=[far])
     assert (n0, n1, n2, n3) == (0, 0, 1, 0)
     assert torch.equal(same["grad.a.bias"], plain["grad.a.bias"])
     assert torch.equal(kept["grad.a.bias"], plain["grad.a.bias"])
@@ -339,7 +339,42 @@ def test_relu_decisions_are_the_tpus_relu_inputs_signs():
     want = (model.a(x) > 0)
     for mode in R.MODES:
         got = R._relu_decisions(model, ("x", (x,), {}), mode)
-        assert list(got) == ["relu"] and len(got["relu"]) == 1 and torch.equal(got["relu"][0], want), mode
+        assert len(got) == 1 and torch.equal(got[0], want), mode
+
+
+class LeakyNet(nn.Module):
+    """VITS's HiFi-GAN style: functional leaky_relu, in place and not, and torch.relu."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = nn.functional.leaky_relu(self.a(x), 0.1)
+        return self.b(torch.relu(nn.functional.leaky_relu(h * 1.0, negative_slope=0.2, inplace=True)))
+
+
+def test_relu_decisions_cover_functional_leaky_relu_and_torch_relu():
+    model, x = LeakyNet(), torch.randn(4, 8, generator=torch.Generator().manual_seed(2))
+    pre = model.a(x)
+    got = R._relu_decisions(model, ("x", (x,), {}), "strict")
+    assert len(got) == 3 and all(torch.equal(g, pre > 0) for g in got), got
+    # imposed in float64: a flipped decision far from zero is ignored, so the step is the plain one
+    far = [g.clone() for g in got]
+    far[0][0, 0] = ~far[0][0, 0]
+    plain, n0 = R._step64(model, ("x", (x,), {}))
+    same, n1 = R._step64(model, ("x", (x,), {}), decisions=far)
+    assert (n0, n1) == (0, 0) and all(torch.equal(plain[k], same[k]) for k in plain)
+
+
+def test_imposed_leaky_relu_decision_takes_the_slope_side():
+    x = torch.tensor([[1e-9, 2.0, -3.0]], dtype=torch.float64, requires_grad=True)
+    with R._ReluDecisions([torch.tensor([[False, True, False]])]) as mode:
+        y = nn.functional.leaky_relu(x, 0.1)
+    assert mode.flips == 1 and torch.allclose(y, torch.tensor([[1e-10, 2.0, -0.3]], dtype=torch.float64))
+    y.sum().backward()
+    assert torch.allclose(x.grad, torch.tensor([[0.1, 1.0, 0.1]], dtype=torch.float64))
 
 
 def _relu_recheck(monkeypatch, decisions, wrong=False):
@@ -348,7 +383,7 @@ def _relu_recheck(monkeypatch, decisions, wrong=False):
     float64 step with its own decision, 1e-7 (relative) off. The re-check takes the tpu's
     ReLU decisions from _relu_decisions (here `decisions`)."""
     model, cand, own, flipped = _near_zero_relu()
-    sub, _ = R._step64(model, cand, decisions={"relu": [flipped]})
+    sub, _ = R._step64(model, cand, decisions=[flipped])
     plain, _ = R._step64(model, cand)
     cpu = {p: (r + 1e-7 * (1 + r.abs())).float() for p, r in plain.items()}
     ref = {"loss": cpu["loss"], "grad": {p[5:]: t for p, t in cpu.items() if p != "loss"}}
@@ -357,7 +392,7 @@ def _relu_recheck(monkeypatch, decisions, wrong=False):
         tpu["grad.a.weight"] = tpu["grad.a.weight"].clone()
         tpu["grad.a.weight"][5, 2] *= 1.05
     monkeypatch.setattr(R, "_cpu_step", lambda *a, **k: ref)
-    monkeypatch.setattr(R, "_relu_decisions", lambda *a, **k: {"relu": [decisions(own, flipped)]})
+    monkeypatch.setattr(R, "_relu_decisions", lambda *a, **k: [decisions(own, flipped)])
     res = {"modes": {"strict": {"status": "fail", "cause": "mismatch", "detail": "grad.a.bias: ...",
                                 "_tpu_out": tpu}}}
     R._recheck_train_in_float64(model, cand, ref, res)
@@ -366,7 +401,7 @@ def _relu_recheck(monkeypatch, decisions, wrong=False):
 
 def test_train_float64_recheck_takes_the_tpus_relu_decisions(monkeypatch):
     m = _relu_recheck(monkeypatch, lambda own, flipped: flipped)
-    assert m["status"] == "pass" and "ReLU decisions at 1 input(s)" in m["note"], m
+    assert m["status"] == "pass" and "relu/leaky_relu decisions at 1 input(s)" in m["note"], m
 
 
 def test_train_float64_recheck_without_a_flip_still_fails(monkeypatch):
@@ -376,7 +411,7 @@ def test_train_float64_recheck_without_a_flip_still_fails(monkeypatch):
 
 def test_train_float64_recheck_with_relu_decisions_refuses_a_wrong_gradient(monkeypatch):
     m = _relu_recheck(monkeypatch, lambda own, flipped: flipped, wrong=True)
-    assert m["status"] == "fail" and "ReLU decisions" in m["recheck"], m
+    assert m["status"] == "fail" and "relu/leaky_relu decisions" in m["recheck"], m
 
 
 def test_cpu_step_runs_at_the_thread_count_asked():

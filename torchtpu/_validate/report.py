@@ -161,13 +161,23 @@ def render(results_path, out_path, enumerated=None):
         sized = sorted(r["id"] for r in tested if any((m.get("note") or "").startswith("ill-conditioned sizes")
                                                       for m in r.get("modes", {}).values()))
         w(f"{len(ill)} model(s) pass only after a float64 re-check: their float32 outputs differ "
-          "from CPU beyond the tolerance, but the CPU's own float32 result is as far from a "
-          "float64 CPU reference as the tpu's (random-init activations that explode): "
+          "from CPU beyond the tolerance, but the CPU's own float32 result (the larger error of "
+          "its forward at one thread and at every core, which split long sums differently) is as "
+          "far from a float64 CPU reference as the tpu's (random-init activations that explode): "
           + ", ".join(sorted(ill)[:20]) + ("…" if len(ill) > 20 else "") + "."
           + (f" Of these, {len(sized)} ({', '.join(sized)}) have outputs whose size the model "
              "decides by comparisons (keypoints over a threshold, matches): the CPU's own "
              "float32 size already differs from the float64 one, and the tpu's differs from "
              "float64's by no more than the CPU's." if sized else ""))
+        w("")
+    ties = sorted(r["id"] for r in tested if any((m.get("note") or "").startswith("ties:")
+                                                 for m in r.get("modes", {}).values()))
+    if ties:
+        w(f"{len(ties)} model(s) pass only after a tie-order re-check: their random init makes "
+          "scores exactly equal (a zero-initialized MoE router, detection scores that all round "
+          "to one value), where CPU's topk and unstable sort order the ties by their selection "
+          "algorithms and the tpu in index order, which PyTorch leaves unspecified; every output "
+          "matches the CPU forward with topk/sort ties in index order: " + ", ".join(ties) + ".")
         w("")
     trained = [r for r in tested if r.get("train") and r["train"].get("modes")]
     if trained:
@@ -188,7 +198,7 @@ def render(results_path, out_path, enumerated=None):
               "at the validation's one thread and at every core, which split long sums differently) "
               "plus the comparison's absolute tolerance (scaled by the gradient's largest magnitude). "
               "Where that fails, the tpu is measured against the float64 step that takes the tpu's "
-              f"own decision at ReLU inputs within {RELU_NEAR_ZERO:g} of their tensor's largest |input| of zero "
+              f"own decision at relu/leaky_relu inputs within {RELU_NEAR_ZERO:g} of their tensor's largest |input| of zero "
               "(an input at -2.4e-8 that rounds to +7.8e-9 sends the gradient down another path); "
               "the CPU stays measured against the plain float64 step. Such differences "
               "come from a ReLU whose input rounds to either side of zero or a long sum in "

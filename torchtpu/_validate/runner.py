@@ -8,6 +8,7 @@ A mode passes only when every output matches within tolerance AND no op ran thro
 CPU fallback. Causes: unsupported_op, cpu_fallback, mismatch, exception, timeout."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import math
@@ -670,7 +671,7 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
     5.29e10 at two, against a float64 step; the tpu's 5.28e10).
 
     Still failing, the tpu is then measured against the float64 step that takes the tpu's
-    own ReLU decisions where its input is within rounding of zero (_step64): one ReLU input
+    own relu/leaky_relu decisions where its input is within rounding of zero (_step64): one ReLU input
     at -2.4e-8 in float64 that rounds to +7.8e-9 sends a gradient down another path
     (vgg16's first convolution: bias gradient off by 0.5% against the CPU's 1e-6), which
     says nothing about the tpu's arithmetic."""
@@ -698,7 +699,7 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
                 flips = 0
             if flips:
                 ok, worst = _judge_step(m["_tpu_out"], ref64, cpu_runs, tpu_ref=sub64)
-                how = (f"vs the step in float64 with the tpu's ReLU decisions at {flips} input(s) within "
+                how = (f"vs the step in float64 with the tpu's relu/leaky_relu decisions at {flips} input(s) within "
                        f"{RELU_NEAR_ZERO:g} (relative) of zero")
         if not ok and worst[1] is not None:
             m["recheck"] = (f"{how}, the tpu's max error on {worst[1]} is {worst[2]:.3g}, "
@@ -708,68 +709,82 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
                                  f"error on {worst[1]} is {worst[2]:.3g}, the CPU float32's {worst[3]:.3g}")
 
 
+_RELU_INPLACE = (torch.relu_, torch.Tensor.relu_)
+_RELUS = (torch.nn.functional.relu, torch.relu, torch.Tensor.relu) + _RELU_INPLACE
+
+
+class _ReluDecisions(torch.overrides.TorchFunctionMode):
+    """The sign decisions of every relu and leaky_relu call (nn.ReLU, F.relu, torch.relu,
+    F.leaky_relu, in place or not), by call order: input > 0, copied to the CPU. With
+    `impose` (a list recorded on tpu), each input element whose sign differs from the
+    recorded one and that lies within RELU_NEAR_ZERO of its tensor's largest |input| of
+    zero takes the recorded decision (the output, and so the gradient, is the input's or
+    slope times it); `flips` counts them. Other differences keep the run's own decision."""
+
+    def __init__(self, impose=None):
+        super().__init__()
+        self.decisions = [] if impose is None else impose
+        self.record = impose is None
+        self.calls = 0
+        self.flips = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        leaky = func is torch.nn.functional.leaky_relu
+        if not (leaky or func in _RELUS) or not args or not torch.is_tensor(args[0]):
+            return func(*args, **kwargs)
+        x = args[0]
+        i, self.calls = self.calls, self.calls + 1
+        if self.record:
+            self.decisions.append((x > 0).detach().cpu())
+            return func(*args, **kwargs)
+        seq = self.decisions
+        if i >= len(seq) or seq[i].shape != x.shape:
+            return func(*args, **kwargs)
+        own = x > 0
+        take = (seq[i] != own) & (x.abs() <= RELU_NEAR_ZERO * x.abs().max())
+        if not bool(take.any()):
+            return func(*args, **kwargs)
+        self.flips += int(take.sum())
+        named = dict(zip(("negative_slope", "inplace") if leaky else ("inplace",), args[1:]), **kwargs)
+        slope = named.get("negative_slope", 0.01) if leaky else 0.0
+        out = torch.where(torch.where(take, seq[i], own), x, x * slope)
+        return x.copy_(out) if func in _RELU_INPLACE or named.get("inplace") else out
+
+
 def _relu_decisions(model, cand, mode, rng_log=None):
-    """The tpu's ReLU decisions in the training step's forward in `mode`: {name: [input > 0
-    per call, on CPU]} for every nn.ReLU module of the model (the run is deterministic, so
-    these are the judged step's decisions)."""
+    """The tpu's relu/leaky_relu decisions in the training step's forward in `mode`, in
+    call order (_ReluDecisions; the run is deterministic, so these are the judged step's)."""
     import torchtpu
     dev_model = copy.deepcopy(model).to("tpu")
-    masks, hooks = {}, []
-    for name, mod in dev_model.named_modules():
-        if type(mod) is torch.nn.ReLU:
-            hooks.append(mod.register_forward_pre_hook(
-                lambda m, args, name=name: masks.setdefault(name, []).append((args[0] > 0).cpu())))
+    rec = _ReluDecisions()
     prev = torchtpu.get_eager_mode()
     try:
         torchtpu.set_eager_mode(mode)
         dev_cand = _on_tpu(cand)
         torch.manual_seed(0)
-        with torch.no_grad():
+        with torch.no_grad(), rec:
             call(dev_model, dev_cand, rng_log)
     finally:
         torchtpu.set_eager_mode(prev)
-        for h in hooks:
-            h.remove()
-    return masks
+    return rec.decisions
 
 
 def _step64(model, cand, rng_log=None, decisions=None):
     """(step, flips): the training step in float64 on CPU, flattened ("loss", "grad.*").
-    With decisions (_relu_decisions), each nn.ReLU input element whose sign differs from
-    the tpu's and that lies within RELU_NEAR_ZERO of its tensor's largest |input| of zero
-    takes the tpu's decision (the output is the input there, or zero, and so is the
-    gradient); flips counts them. Other differences keep float64's own decision."""
+    With decisions (_relu_decisions), relu/leaky_relu inputs within rounding of zero take
+    the tpu's decision (_ReluDecisions); flips counts them."""
     m64 = copy.deepcopy(model).double()
-    flips, calls = [0], {}
-
-    def before(mod, args, name):
-        calls[name] = calls.get(name, 0) + 1
-        mod._x64 = args[0].clone()  # an in-place ReLU overwrites its input
-
-    def after(mod, args, out, name):
-        x, i = mod.__dict__.pop("_x64"), calls[name] - 1
-        seq = decisions.get(name, [])
-        if i >= len(seq) or seq[i].shape != x.shape:
-            return None
-        own = x > 0
-        take = (seq[i] != own) & (x.abs() <= RELU_NEAR_ZERO * x.abs().max())
-        if not bool(take.any()):
-            return None
-        flips[0] += int(take.sum())
-        return x * torch.where(take, seq[i], own).to(x.dtype)
-
-    for name, mod in m64.named_modules():
-        if decisions is not None and type(mod) is torch.nn.ReLU:
-            mod.register_forward_pre_hook(lambda m, a, name=name: before(m, a, name))
-            mod.register_forward_hook(lambda m, a, o, name=name: after(m, a, o, name))
+    imposed = _ReluDecisions(decisions) if decisions is not None else contextlib.nullcontext()
     to64 = lambda t: t.double() if t.is_floating_point() else t  # noqa: E731
     c64 = (cand[0], tree_map(to64, cand[1]), tree_map(to64, cand[2]))
     torch.manual_seed(0)
-    with _Float64Throughout():
+    with _Float64Throughout(), imposed:
         loss = _loss_of(call(m64, c64, rng_log))
         loss.backward()
     return dict(flatten({"loss": loss.detach().double(),
-                         "grad": {n: p.grad for n, p in m64.named_parameters() if p.grad is not None}})), flips[0]
+                         "grad": {n: p.grad for n, p in m64.named_parameters() if p.grad is not None}})), \
+        imposed.flips if decisions is not None else 0
 
 
 def _judge_step(tpu_out, ref64, cpu_runs, tpu_ref=None):
