@@ -356,7 +356,8 @@ void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, to
         outs[i] = args[written_args[i]].toTensor();  // self, and any other written argument
         if (i == 0 && resizes_self && outs[i].sizes() != shape) {
           // The node holds self's old contents as an input: a storage large enough to keep
-          // would be written while they are read (CPU's copy_ into self refuses it too).
+          // would be written while they are read, so that case is refused (CPU computes from
+          // partly overwritten contents there).
           const auto& w = outs[i];
           TORCH_CHECK((w.storage_offset() + c10::multiply_integers(shape)) * w.dtype().itemsize() >
                           w.storage().nbytes(),

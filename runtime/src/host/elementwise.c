@@ -8,7 +8,6 @@
 
 #define EW_IA_RESULT (TPU_NODE_NUM_IATTR - 1) /* the builders' result dtype slot */
 
-
 /* Integer division by zero found inside a tile is raised with tpu__tile_fault() (tile
  * functions cannot return a status; tiles may run on pool threads) and turned into the
  * op's error by run_tiles_div. */
@@ -324,7 +323,7 @@ TILE_F(addcdiv, 3, a + p0 * (b / c))
  * kernel's Half/BFloat16 arithmetic does: cancellation makes the difference visible. */
 TILE_FI(addr_wide, 3, p1 == 0 ? p0 * b * c : p1 * a + p0 * b * c,
         p1 == 0 ? UMUL(UMUL(p0, b), c) : UADD(UMUL(p1, a), UMUL(UMUL(p0, b), c)))
-#define addr_f64 addr_wide_f64
+#define addr_f64 addr_wide_f64 /* REG_FI(EW_ADDR, addr) takes these two as they are */
 #define addr_i64 addr_wide_i64
 static void addr_f32(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
   tpu_dtype_t res = (tpu_dtype_t)nd->ia[EW_IA_RESULT];
@@ -443,7 +442,6 @@ static tiles_t tiles[TPU_KIND_COUNT];
 static bool pure[TPU_KIND_COUNT];
 /* Division kinds check for integer division by zero; their float kernels are pure. */
 static bool zero_div[TPU_KIND_COUNT];
-
 
 /* f32 tile, then rounded through the f16/bf16 result dtype (the out= tensor is wider). */
 static void f32_round_f16(int64_t n, void* o, const void* const* in, const tpu_node_t* nd) {
