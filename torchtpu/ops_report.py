@@ -527,8 +527,9 @@ def _base(aten):
 # ----------------------------------------------------------------------------- render
 
 FAMILIES = [
+    ("sparse", r"^(sparse\.|to_sparse)"),
     ("random", r"(rand|normal|bernoulli|dropout|multinomial|uniform|exponential|"
-               r"geometric|cauchy|poisson|empty)"),
+               r"geometric|cauchy|poisson(?!_nll)|empty)"),
     ("linalg", r"^(linalg\.|matmul|mm|bmm|addmm|addbmm|baddbmm|addmv|addr|mv|dot|vdot|"
                r"inner|outer|ger|tensordot|einsum|chain_matmul|cholesky|lu|qr|svd|"
                r"pinverse|inverse|det|logdet|slogdet|triangular_solve|ormqr|geqrf|"
@@ -562,14 +563,13 @@ FAMILIES = [
 
 
 def family(op_key):
-    name = op_key.split(".")[0] if not op_key.startswith(("nn.", "linalg.", "fft.",
-                                                           "special.", "masked.",
-                                                           "signal.", "torch.")) else op_key
-    for fam, pat in FAMILIES:
-        if fam == "view-or-adapter" and re.search(pat, name):
-            return fam
-    for fam, pat in FAMILIES:
-        if fam != "view-or-adapter" and re.search(pat, name):
+    name = op_key.split(".")[0] if not op_key.startswith(("nn.", "linalg.", "fft.", "special.",
+                                                           "masked.", "signal.", "torch.",
+                                                           "sparse.")) else op_key
+    # sparse and view-or-adapter first: their names would match other families' patterns
+    first = ("sparse", "view-or-adapter")
+    for fam, pat in sorted(FAMILIES, key=lambda f: f[0] not in first):
+        if re.search(pat, name):
             return fam
     return "elementwise"
 
@@ -743,8 +743,7 @@ def render(results_path, doc_path, sample_desc, models=True):
     for op in sorted(reasons):
         nfail = sum(v for k, v in reasons[op].items() if k[0] != "@variants")
         fam_ops[family(op)].append((-nfail, op))
-    for fam in ["elementwise", "reduce", "linalg", "nn", "index", "random",
-                "view-or-adapter"]:
+    for fam in ["elementwise"] + [f for f, _ in FAMILIES]:
         rows = sorted(fam_ops.get(fam, []))
         if not rows:
             continue
