@@ -113,7 +113,7 @@ def main(argv=None):
     ap.add_argument("--results", default=DEFAULT_RESULTS, help="JSON-lines results (appended)")
     ap.add_argument("--workers", type=int, default=1, help="worker subprocesses in this process")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
-    ap.add_argument("--timeout", type=float, default=180.0, help="seconds per model")
+    ap.add_argument("--timeout", type=float, default=360.0, help="seconds per model")
     ap.add_argument("--modes", nargs="*", default=["strict", "defer_and_fuse"])
     ap.add_argument("--train-every", type=int, default=10,
                     help="also run a training step for 1 model in N (stable hash of the id)")

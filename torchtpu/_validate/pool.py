@@ -64,12 +64,13 @@ class Worker:
             self.kill()
 
 
-def run_pool(ids, on_result, workers=1, timeout=180.0, modes=MODES, train_ids=(),
+def run_pool(ids, on_result, workers=1, timeout=360.0, modes=MODES, train_ids=(),
              recycle=60, log=None, threads=1):
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
     env["TORCHTPU_VALIDATE_THREADS"] = str(threads)
+    env["TORCHTPU_VALIDATE_TIMEOUT"] = str(timeout)  # the runner's re-check budget
     env.setdefault("OMP_NUM_THREADS", str(threads))
     env.setdefault("TORCHTPU_FALLBACK", "allow")
     logf = open(log, "a") if log else subprocess.DEVNULL

@@ -117,7 +117,7 @@ def render(results_path, out_path, enumerated=None):
     w("")
     # ---------------------------------------------------------------- coverage
     w("Reproduce: `python -m torchtpu.validate --shard 0/2` and `--shard 1/2` in two "
-      "processes (one worker subprocess each, one thread, the default --timeout of 180 s per "
+      "processes (one worker subprocess each, one thread, the default --timeout of 360 s per "
       "model), then "
       "`python -m torchtpu.validate --report`. `--sample ci` is the ~50-model CI sample "
       "(tests/test_validation_sample.py).")
