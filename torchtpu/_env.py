@@ -39,6 +39,9 @@ ENV_VARS = {
                               "on free instead of being kept for reuse (side-by-side runs)",
     "TORCHTPU_VALIDATE_THREADS": "validation workers' PyTorch CPU threads (set by "
                                  "python -m torchtpu.validate --threads)",
+    "TORCHTPU_VALIDATE_TIMEOUT": "validation workers' per-model seconds, which size the "
+                                 "training re-check's budget (set by python -m torchtpu.validate "
+                                 "--timeout)",
     "TORCHTPU_FALLBACK": "CPU fallback policy: 'warn' (default: run, warn once per op), "
                          "'allow' (run silently), 'error' (raise NotImplementedError)",
     "TORCHTPU_XLA_VENV": "benchmarks: the PyTorch/XLA venv that scripts/setup_xla.sh makes and "
