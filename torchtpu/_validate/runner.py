@@ -5,7 +5,13 @@ Result (a JSON-able dict):
    "params", "modes": {mode: {"status", "cause", "detail", "fallback_ops", "max_err",
    "output", "seconds"}}, "train": {...} | None}
 A mode passes only when every output matches within tolerance AND no op ran through the
-CPU fallback. Causes: unsupported_op, cpu_fallback, mismatch, exception, timeout."""
+CPU fallback. Causes: unsupported_op, cpu_fallback, mismatch, exception, timeout.
+
+Besides the eager modes, the mode "compiled" runs `torch.compile(model, backend="tpu")`
+(in defer_and_fuse, the default eager mode, which runs the compiled graphs). Where it
+raises, the same model is compiled on CPU with PyTorch's own `aot_eager` backend (Dynamo
+and AOTAutograd, no device): if that raises too, the mode is "excluded" (a limit of
+torch.compile for this model, not of the tpu), with the CPU's error as its reason."""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +30,7 @@ from . import models as M
 from . import rng as RNG
 
 MODES = ("strict", "defer_and_fuse")
+COMPILED = "compiled"
 # Whole-model outputs pass through tens of ops, each allowed the per-op tolerance of
 # torchtpu/_tolerances.py; the model-level comparison allows this many per-op steps.
 MODEL_TOL_FACTOR = 10.0
@@ -212,23 +219,31 @@ def run_on_tpu(model, cand, expected, mode, train_ref=None, rng_log=None):
     t0 = time.time()
     dev_model = None
     prev_mode = torchtpu.get_eager_mode()
+    if mode == COMPILED and rng_log is not None:
+        res.update(status="excluded", reason="its forward's random draws are replayed by a TorchFunctionMode "
+                                             "(rng.py), which the compiled graph would not see")
+        return res
     try:
-        torchtpu.set_eager_mode(mode)
+        torchtpu.set_eager_mode("defer_and_fuse" if mode == COMPILED else mode)
         torchtpu.reset_fallback_report()
         dev_model = copy.deepcopy(model).to("tpu")
         broken = broken_ties(model, dev_model)
         if broken:
             res["ties_broken"] = broken
         dev_cand = _on_tpu(cand)
+        run_model = dev_model
+        if mode == COMPILED:
+            torch._dynamo.reset()
+            run_model = torch.compile(dev_model, backend="tpu")
         if train_ref is None:
             with torch.no_grad():
-                out = call(dev_model, dev_cand, rng_log)
+                out = call(run_model, dev_cand, rng_log)
             ok, worst = compare(out, expected)
             torch.tpu.synchronize()
             if not ok and (not worst.get("why") or worst.get("sized")):  # (the float64 re-check's)
                 res["_tpu_out"] = {p: t.detach().cpu() for p, t in flatten(out)}
         else:
-            out = call(dev_model, dev_cand, rng_log)
+            out = call(run_model, dev_cand, rng_log)
             loss = _loss_of(out)
             loss.backward()
             grads = {n: p.grad for n, p in dev_model.named_parameters() if p.grad is not None}
@@ -260,14 +275,42 @@ def run_on_tpu(model, cand, expected, mode, train_ref=None, rng_log=None):
         cause, op, msg = classify_exception(e)
         res["cause"], res["op"], res["detail"] = cause, op, msg
         res["where"] = _where(e)
+        if mode == COMPILED:
+            cpu_error = _compile_fails_on_cpu(model, cand, train_ref is not None)
+            if cpu_error:
+                res.update(status="excluded", cause=None, reason=f"torch.compile fails on CPU too (aot_eager): {cpu_error}")
     finally:
         try:
             torchtpu.set_eager_mode(prev_mode)
         except Exception:
             pass
         del dev_model
+        if mode == COMPILED:
+            run_model = None
+            torch._dynamo.reset()
     res["seconds"] = round(time.time() - t0, 2)
     return res
+
+
+def _compile_fails_on_cpu(model, cand, train):
+    """The first line of the error `torch.compile(model, backend="aot_eager")` raises on CPU
+    for this input (the forward, with its backward when `train`), or None when it runs."""
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(copy.deepcopy(model), backend="aot_eager")
+        torch.manual_seed(0)
+        if train:
+            loss = _loss_of(call(compiled, cand))
+            if loss is not None:
+                loss.backward()
+        else:
+            with torch.no_grad():
+                call(compiled, cand)
+    except Exception as e:
+        return classify_exception(e)[2]
+    finally:
+        torch._dynamo.reset()
+    return None
 
 
 def _tie_groups(model):
@@ -392,6 +435,7 @@ def _run_model(model_id, modes, train):
     statuses = [m["status"] for m in result["modes"].values()]
     if result["train"] and "modes" in result["train"]:
         statuses += [m["status"] for m in result["train"]["modes"].values()]
+    statuses = [s for s in statuses if s != "excluded"]  # (a compiled run torch.compile cannot do on CPU either)
     result["status"] = "pass" if statuses and all(s == "pass" for s in statuses) else "fail"
     result["seconds"] = round(time.time() - t0, 2)
     return result
@@ -694,9 +738,13 @@ def _recheck_train_in_float64(model, cand, ref, res, rng_log=None):
             else:
                 ok, worst = _judge_step(m["_tpu_out"], ref64, cpu_runs)
         how = "vs the step in float64"
-        if not ok:  # a ReLU whose input rounds to the other side of zero on tpu
+        # a ReLU whose input rounds to the other side of zero on tpu (seen by a TorchFunctionMode
+        # in eager execution, so the compiled mode takes defer_and_fuse's decisions: its graph
+        # computes the same ReLU inputs, up to the order of long sums)
+        if not ok:
             try:
-                sub64, flips = _step64(model, cand, rng_log, _relu_decisions(model, cand, mode, rng_log))
+                eager = "defer_and_fuse" if mode == COMPILED else mode
+                sub64, flips = _step64(model, cand, rng_log, _relu_decisions(model, cand, eager, rng_log))
             except Exception:
                 flips = 0
             if flips:

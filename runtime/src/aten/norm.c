@@ -30,7 +30,12 @@ static tpu_dtype_t stats_dtype(tpu_build_t* b, tpu_dtype_t in, int weight_idx) {
   return in;
 }
 
-static tpu_status_t build_bn(tpu_build_t* b) {
+/* native_batch_norm and _native_batch_norm_legit (what torch.compile's graphs call) share
+ * one argument layout: input, weight?, bias?, running_mean, running_var, training,
+ * momentum, eps. The legit op's no_stats overload has no running statistics (training
+ * moves to argument 3). */
+static tpu_status_t build_bn_at(tpu_build_t* b, bool has_stats) {
+  const int at = has_stats ? 5 : 3; /* training, momentum, eps */
   const tpu_view_t* x;
   TPU_RETURN_IF_ERROR(tpu__arg_tensor(b, 0, &x));
   if (!tpu_dtype_is_floating(x->dtype))
@@ -40,15 +45,21 @@ static tpu_status_t build_bn(tpu_build_t* b) {
   int64_t c = x->sizes[1];
   bool training;
   double momentum, eps;
-  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, 5, &training));
-  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 6, &momentum));
-  TPU_RETURN_IF_ERROR(tpu__arg_double(b, 7, &eps));
+  TPU_RETURN_IF_ERROR(tpu__arg_bool(b, at, &training));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, at + 1, &momentum));
+  TPU_RETURN_IF_ERROR(tpu__arg_double(b, at + 2, &eps));
   TPU_RETURN_IF_ERROR(tpu__node_add_input(b->node, x));
   TPU_RETURN_IF_ERROR(check_channel_vec(b, 1, c, "weight"));
   TPU_RETURN_IF_ERROR(check_channel_vec(b, 2, c, "bias"));
-  TPU_RETURN_IF_ERROR(check_channel_vec(b, 3, c, "running_mean"));
-  TPU_RETURN_IF_ERROR(check_channel_vec(b, 4, c, "running_var"));
-  if (!training && (tpu__arg_is_none(b, 3) || tpu__arg_is_none(b, 4)))
+  bool stats = has_stats && !tpu__arg_is_none(b, 3) && !tpu__arg_is_none(b, 4);
+  if (has_stats) {
+    TPU_RETURN_IF_ERROR(check_channel_vec(b, 3, c, "running_mean"));
+    TPU_RETURN_IF_ERROR(check_channel_vec(b, 4, c, "running_var"));
+  } else {
+    TPU_RETURN_IF_ERROR(tpu__node_add_absent(b->node));
+    TPU_RETURN_IF_ERROR(tpu__node_add_absent(b->node));
+  }
+  if (!training && !stats)
     return tpu__err(b, TPU_INVALID_ARGUMENT, "running_mean and running_var must be defined in evaluation mode");
   int64_t count = tpu_view_numel(x) / (c ? c : 1);
   if (training && count <= 1)
@@ -67,6 +78,8 @@ static tpu_status_t build_bn(tpu_build_t* b) {
   tpu__node_add_output(n, sd, 1, stat_shape);
   return NULL;
 }
+static tpu_status_t build_bn(tpu_build_t* b) { return build_bn_at(b, true); }
+static tpu_status_t build_bn_no_stats(tpu_build_t* b) { return build_bn_at(b, false); }
 
 static tpu_status_t build_bn_backward(tpu_build_t* b) {
   const tpu_view_t *g, *x;
@@ -301,6 +314,8 @@ static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
 
 const tpu_aten_entry_t tpu__aten_norm[] = {
     {"native_batch_norm", build_bn, NULL},
+    {"_native_batch_norm_legit", build_bn, NULL},
+    {"_native_batch_norm_legit.no_stats", build_bn_no_stats, NULL},
     {"native_batch_norm_backward", build_bn_backward, NULL},
     {"_weight_norm_interface", build_weight_norm, NULL},
     {"_weight_norm_interface.out", build_weight_norm, NULL},
