@@ -2,6 +2,7 @@
 default) routed to it for regions with tpu inputs. Results are compared with eager
 execution of the same model on tpu (the f32 row of the tolerance table), and training
 losses with CPU eager as tests/test_models.py does."""
+import copy
 import os
 import sys
 
@@ -13,6 +14,7 @@ import torchtpu
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
 import train_gpt  # noqa: E402
+from op_helpers import close  # noqa: E402
 from tolerances import assert_close  # noqa: E402
 
 
@@ -100,6 +102,47 @@ def test_compiled_in_every_eager_mode(no_fallback):
             with torchtpu.set_eager_mode(mode):
                 torch._dynamo.reset()
                 assert_close(torch.compile(model, backend="tpu")(x).cpu(), ref)
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_compiled_batch_norm_runs_natively(train, no_fallback):
+    """AOTAutograd's graphs call _native_batch_norm_legit (eval and training, with the
+    running statistics updated), which runs on tpu's batch norm node."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).train(train)
+    x = torch.randn(4, 3, 10, 10)
+    dev_model = copy.deepcopy(model).to("tpu")
+    ref = model(x)
+    out = torch.compile(dev_model, backend="tpu")(x.to("tpu"))
+    assert_close(out.detach().cpu(), ref.detach())
+    if train:
+        ref.sum().backward()
+        out.sum().backward()
+        close(dev_model[0].weight.grad, model[0].weight.grad, scale=4)
+    assert_close(dev_model[1].running_mean.cpu(), model[1].running_mean)
+    assert_close(dev_model[1].running_var.cpu(), model[1].running_var)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_grouped_mm_in_any_float_dtype(dtype, no_fallback):
+    """torch._grouped_mm (transformers' MoE experts call it on tpu in any dtype): PyTorch's
+    meta function allows only CUDA's bfloat16/float16, so tracing float32 failed; torchtpu's
+    FakeTensor rule for tpu tensors (torchtpu/compile.py) lets it through. Forward and
+    backward vs CPU eager."""
+    torch.manual_seed(0)
+    x, w = torch.randn(10, 16).to(dtype).requires_grad_(), torch.randn(3, 16, 8).to(dtype).requires_grad_()
+    offs = torch.tensor([3, 7, 10], dtype=torch.int32)
+
+    def f(x, w, offs):
+        return torch._grouped_mm(x, w, offs=offs).relu()
+    ref = f(x, w, offs)
+    ref.sum().backward()
+    xt, wt = x.detach().to("tpu").requires_grad_(), w.detach().to("tpu").requires_grad_()
+    out = torch.compile(f, backend="tpu")(xt, wt, offs.to("tpu"))
+    out.sum().backward()
+    assert_close(out.detach().cpu(), ref.detach())
+    close(xt.grad, x.grad, scale=4)
+    close(wt.grad, w.grad, scale=4)
 
 
 def test_fake_tensors_reaching_kernels_raise_not_crash():

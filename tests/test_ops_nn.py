@@ -892,6 +892,34 @@ def test_batch_norm(dtype, shape, training):
     close(rv_t, rv)
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_native_batch_norm_legit(training):
+    """The batch norm ops AOTAutograd's graphs call (torch.compile): _native_batch_norm_legit
+    (running statistics updated in place in training), its no_stats overload, and
+    _native_batch_norm_legit_no_training (its composite, through the legit op), natively."""
+    torch.manual_seed(33)
+    A = torch.ops.aten
+    x, w, b = torch.randn(4, 3, 5, 5), torch.randn(3), torch.randn(3)
+    rm, rv = torch.randn(3), torch.rand(3) + 0.5
+    rm_t, rv_t = tpu(rm, rv)
+    with native("_native_batch_norm_legit", "_native_batch_norm_legit_no_training"):
+        calls = [(A._native_batch_norm_legit, lambda rm, rv: (rm, rv, training, 0.1, 1e-5))]
+        if training:
+            calls.append((A._native_batch_norm_legit.no_stats, lambda rm, rv: (True, 0.1, 1e-5)))
+        else:
+            calls.append((A._native_batch_norm_legit_no_training, lambda rm, rv: (rm, rv, 0.1, 1e-5)))
+        for op, rest in calls:
+            expected = op(x, w, b, *rest(rm, rv))
+            actual = op(*tpu(x, w, b), *rest(rm_t, rv_t))
+            for a, e in zip(actual, expected):
+                close(a, e, scale=2)
+            close(rm_t, rm)
+            close(rv_t, rv)
+    # (CPU's kernel crashes the process on this call; tpu raises)
+    with pytest.raises(RuntimeError, match="running_mean and running_var must be defined in evaluation mode"):
+        A._native_batch_norm_legit.no_stats(tpu(x), None, None, False, 0.1, 1e-5)
+
+
 def test_batch_norm_channels_last_and_input_grad_only():
     torch.manual_seed(32)
     x = torch.randn(4, 8, 5, 6).to(memory_format=torch.channels_last).requires_grad_()

@@ -478,3 +478,68 @@ def test_replay_refuses_a_run_that_draws_differently():
         assert "rand" in str(e)
     else:
         raise AssertionError("a different random call was answered from the record")
+
+
+@torch.library.custom_op("torchtpu_test::no_shape_rule", mutates_args=())
+def _no_shape_rule(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@_no_shape_rule.register_fake
+def _(x):
+    raise RuntimeError("this op has no shape rule")
+
+
+class RefusesCompile(nn.Module):
+    """Runs eagerly on every device; torch.compile cannot trace it on any (its op's
+    FakeTensor rule raises)."""
+
+    def forward(self, x):
+        return _no_shape_rule(x) + 1
+
+
+class GroupedExperts(nn.Module):
+    """Like transformers' MoE layers: torch._grouped_mm in float32 on tpu, a matmul per
+    group elsewhere (under torch.compile on CPU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(2, 4, 8))
+
+    def forward(self, x):
+        if x.device.type == "tpu":
+            offs = torch.tensor([1, 3], dtype=torch.int32, device=x.device)
+            return torch._grouped_mm(x, self.w, offs=offs)
+        return torch.cat([x[:1] @ self.w[0], x[1:3] @ self.w[1]])
+
+
+def _run_compiled(model, monkeypatch, train=False):
+    built = M.Built(model, [("x", (torch.randn(3, 4, generator=torch.Generator().manual_seed(0)),), {})])
+    monkeypatch.setattr(M, "build", lambda model_id, variant=0: built)
+    monkeypatch.setattr(M, "variants", lambda model_id: 1)
+    return R.run_model("tv/compiled/test", modes=(R.COMPILED,), train=train)
+
+
+def test_compiled_mode_passes_a_model_that_compiles(monkeypatch):
+    res = _run_compiled(GroupedExperts(), monkeypatch, train=True)
+    assert res["status"] == "pass", res
+    assert res["train"] and res["train"]["modes"][R.COMPILED]["status"] == "pass", res["train"]
+
+
+def test_compiled_mode_excludes_what_torch_compile_cannot_do_on_cpu_either(monkeypatch):
+    res = _run_compiled(RefusesCompile(), monkeypatch)
+    assert res["status"] == "excluded", res
+    assert "aot_eager" in res["reason"] and "no shape rule" in res["reason"], res
+
+
+def test_compiled_mode_fails_what_only_the_tpu_cannot_compile(monkeypatch):
+    """Without torchtpu's FakeTensor rule for _grouped_mm, tracing fails on tpu but not on
+    CPU (where PyTorch's meta function is not asked: the CPU aot_eager run traces the
+    same model): a failure, not an exclusion."""
+    from torch._subclasses import fake_tensor
+
+    from torchtpu import compile as C
+    monkeypatch.setattr(fake_tensor, "op_implementations_checks",
+                        [(c, i) for c, i in fake_tensor.op_implementations_checks if i is not C._grouped_mm_fake])
+    res = _run_compiled(GroupedExperts(), monkeypatch)
+    assert res["status"] == "fail" and res["modes"][R.COMPILED]["cause"] == "exception", res

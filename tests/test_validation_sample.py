@@ -53,3 +53,22 @@ def test_model(model_id):
     if model_id in XFAIL:
         pytest.xfail(f"{XFAIL[model_id]} -- got: {_summary(r)}")
     pytest.fail(f"{model_id} ({mode}): {_summary(r)}")
+
+
+# torch.compile(model, backend="tpu") on every fifth model of the sample (the validation's
+# "compiled" mode; its graphs run in defer_and_fuse, so it runs in that mode's pass of the
+# suite only). Excluded is allowed here only where torch.compile fails on CPU too.
+_COMPILED = _IDS[::5]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model_id", _COMPILED)
+def test_model_compiled(model_id):
+    if torchtpu.get_eager_mode() != "defer_and_fuse":
+        pytest.skip("the compiled mode runs its graphs in defer_and_fuse: checked in that mode's run")
+    r = runner.run_model(model_id, modes=(runner.COMPILED,), train=model_id in _TRAIN)
+    torch.tpu.synchronize()
+    if r["status"] == "excluded":
+        assert "torch.compile fails on CPU too" in (r.get("reason") or ""), f"{model_id}: {_summary(r)}"
+        return
+    assert r["status"] == "pass", f"{model_id} (compiled): {_summary(r)}"

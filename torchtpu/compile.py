@@ -59,6 +59,43 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs):
     return aot_autograd(fw_compiler=_graph_runner, bw_compiler=_graph_runner)(gm, example_inputs)
 
 
+def _grouped_mm_fake(fake_mode, func, *args, **kwargs):
+    """FakeTensor rule of aten._grouped_mm for tpu tensors. PyTorch's meta function
+    carries CUDA's limits (bfloat16, or float16 with cuBLASLt), so tracing a model that
+    calls it in float32 fails ("Expected mat_a to be BFloat16 ..."), though the op runs on
+    tpu in every float dtype (its CompositeExplicitAutograd kernel, mm per group), and
+    transformers' MoE layers call it on tpu in any dtype (integrations/moe.py). This rule
+    checks what the shapes need (dims, dtypes, the contraction, offsets where an operand
+    is 2-d) and takes the output's shape from PyTorch's own helper; what only the values
+    or the layout decide (offsets in range, 16-byte strides) the kernel checks when the
+    graph runs. Other devices keep PyTorch's rule."""
+    from torch._meta_registrations import _create_grouped_mm_output_tensor
+    from torch._subclasses.fake_tensor import FakeTensor, in_kernel_invocation_manager
+
+    def parse(self, mat2, offs=None, bias=None, out_dtype=None):
+        return self, mat2, offs, bias, out_dtype
+
+    a, b, offs, bias, out_dtype = parse(*args, **kwargs)
+    if a.device.type != "tpu" or not a.is_floating_point():
+        return NotImplemented
+    torch._check(a.dim() in (2, 3) and b.dim() in (2, 3),
+                 lambda: f"_grouped_mm: operands must be 2-d or 3-d, got {a.dim()}-d and {b.dim()}-d")
+    torch._check(b.dtype == a.dtype, lambda: f"_grouped_mm: mat2 dtype {b.dtype} does not match self dtype {a.dtype}")
+    torch._check(out_dtype in (None, a.dtype), lambda: f"_grouped_mm: out_dtype must be {a.dtype}, got {out_dtype}")
+    torch._check(bias is None, lambda: "_grouped_mm: bias is not supported")
+    k_a, k_b = a.size(-1), b.size(-2) if b.dim() == 3 else b.size(0)
+    torch._check(k_a == k_b, lambda: f"_grouped_mm: contraction sizes differ ({k_a} and {k_b})")
+    if a.dim() == 2 or b.dim() == 2:
+        torch._check(offs is not None and offs.dim() == 1 and offs.dtype == torch.int32,
+                     lambda: "_grouped_mm: a 2-d operand needs 1-d int32 offsets")
+    else:
+        torch._check(offs is None, lambda: "_grouped_mm: offsets given for 3-d operands")
+    with in_kernel_invocation_manager(fake_mode):
+        shape = _create_grouped_mm_output_tensor(a, b, offs, a.dtype).shape
+        out = torch.empty(shape, dtype=a.dtype, device="meta")
+    return FakeTensor(fake_mode, out, a.device)
+
+
 def install() -> None:
     """Routes Inductor's regions with tpu inputs to the "tpu" backend. Called by `import
     torchtpu`; imports nothing of torch._dynamo (the backend itself is registered through
@@ -68,6 +105,9 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    from torch._subclasses import fake_impls  # (imported by torch itself)
+    grouped_mm = torch.ops.aten._grouped_mm.default
+    fake_impls.register_op_impl(lambda func: func is grouped_mm)(_grouped_mm_fake)
     inductor_call = torch._TorchCompileInductorWrapper.__call__
 
     def __call__(self, model_, inputs_, **kw):

@@ -5,6 +5,7 @@
     python -m torchtpu.validate --sample ci          # the fixed CI sample (~50 models)
     python -m torchtpu.validate --only timm/resnet18 hf/bert/BertModel
     python -m torchtpu.validate --list               # print the enumeration
+    python -m torchtpu.validate --compiled --limit 250   # torch.compile(backend="tpu"), a sample
     python -m torchtpu.validate --report             # render docs/validation.md from the results
 
 Models: every Hugging Face transformers architecture in the auto mappings (each task-head
@@ -14,7 +15,10 @@ model runs on CPU (the reference) and then with the same weights and inputs on t
 eager mode (strict, defer_and_fuse); every output tensor is compared with the per-dtype
 tolerances of torchtpu/_tolerances.py. A mode passes only with matching outputs and no op
 on the CPU fallback. A sample of models (--train-every) also runs one training step
-(loss and every gradient vs CPU). Each model runs in a worker subprocess with a timeout."""
+(loss and every gradient vs CPU). Each model runs in a worker subprocess with a timeout.
+--compiled runs the mode "compiled" instead (`torch.compile(model, backend="tpu")`, see
+torchtpu/_validate/runner.py) into its own results file, which the report shows in its own
+section."""
 from __future__ import annotations
 
 import argparse
@@ -29,6 +33,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_RESULTS = os.path.join(ROOT, "build", "validation", "results.jsonl")
+COMPILED_RESULTS = os.path.join(ROOT, "build", "validation", "compiled.jsonl")
 DEFAULT_REPORT = os.path.join(ROOT, "docs", "validation.md")
 
 # The CI sample: fixed, across the three sources; each is small enough to run in seconds.
@@ -110,7 +115,11 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="model ids (or transformers class names)")
     ap.add_argument("--source", nargs="*", choices=["hf", "timm", "tv"], default=["hf", "timm", "tv"])
     ap.add_argument("--limit", type=int, default=0, help="at most this many models (after sharding)")
-    ap.add_argument("--results", default=DEFAULT_RESULTS, help="JSON-lines results (appended)")
+    ap.add_argument("--results", default=None,
+                    help="JSON-lines results (appended; default build/validation/results.jsonl, "
+                         "with --compiled build/validation/compiled.jsonl)")
+    ap.add_argument("--compiled", action="store_true",
+                    help='run torch.compile(model, backend="tpu") (the mode "compiled") instead of the eager modes')
     ap.add_argument("--workers", type=int, default=1, help="worker subprocesses in this process")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     ap.add_argument("--timeout", type=float, default=360.0, help="seconds per model")
@@ -130,10 +139,13 @@ def main(argv=None):
 
     if a.report:
         from ._validate import report
-        report.render(a.results, a.report_path)
+        report.render(a.results or DEFAULT_RESULTS, a.report_path, compiled_path=COMPILED_RESULTS)
         print(f"wrote {a.report_path}")
         return 0
 
+    if a.compiled:
+        a.modes = ["compiled"]
+    a.results = a.results or (COMPILED_RESULTS if a.compiled else DEFAULT_RESULTS)
     from ._validate import models
     all_ids = models.enumerate_models(tuple(a.source))
     train_ids = set()

@@ -9,7 +9,7 @@ import re
 import subprocess
 import time
 
-from .runner import MODEL_TOL_FACTOR, MODES, RELU_NEAR_ZERO
+from .runner import COMPILED, MODEL_TOL_FACTOR, MODES, RELU_NEAR_ZERO
 
 SOURCES = ("transformers", "timm", "torchvision")
 CAUSES = ("unsupported_op", "cpu_fallback", "mismatch", "exception", "timeout")
@@ -81,7 +81,85 @@ def _blocking_ops(m):
     return ops | fb
 
 
-def render(results_path, out_path, enumerated=None):
+def _compiled_section(w, path):
+    """torch.compile(backend="tpu") on its sample (the results of `validate --compiled`):
+    pass rates per source, the forward and the training step, failures listed whole."""
+    res = _load(path)
+    if not res:
+        return
+    rs = list(res.values())
+    mode = lambda r: r.get("modes", {}).get(COMPILED, {})  # noqa: E731
+    tested = [r for r in rs if mode(r).get("status") not in (None, "excluded")]
+    no_ref = [r for r in rs if not mode(r)]  # the CPU reference failed: no tpu run
+    no_dynamo = [r for r in rs if mode(r).get("status") == "excluded"]
+    builds = collections.Counter(r.get("build") or "not recorded" for r in rs)
+    w('## torch.compile(backend="tpu")')
+    w("")
+    w(f"The same models, inputs and comparison with `torch.compile(model, backend=\"tpu\")` "
+      "(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), on a uniform sample: "
+      "`python -m torchtpu.validate --compiled --shard 0/2 --limit 250` and `--shard 1/2` "
+      "(the first 250 models of each shard's stable shuffle; results in "
+      "`build/validation/compiled.jsonl`). The compiled mode passes only with every output "
+      "(and, where run, the loss and every gradient) within tolerance and no op on the CPU "
+      "fallback; the float64 and tie-order re-checks apply as in eager mode. A model is "
+      "excluded when its CPU reference fails, when `torch.compile` with PyTorch's own "
+      "`aot_eager` backend fails on CPU too (a limit of torch.compile, not of the tpu), or "
+      "when its eval forward draws random numbers (the eager modes replay the CPU's draws "
+      "through a TorchFunctionMode, torchtpu/_validate/rng.py). Builds: "
+      + ", ".join(f"{b} ({n})" for b, n in builds.most_common()) + ".")
+    w("")
+    w("| source | run | excluded (CPU reference) | excluded (compiled mode, reasons below) | tested | compiled pass |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for s in list(SOURCES) + ["total"]:
+        pick = (lambda r: True) if s == "total" else (lambda r, s=s: r["source"] == s)  # noqa: E731
+        t = [r for r in tested if pick(r)]
+        p = sum(mode(r).get("status") == "pass" for r in t)
+        name = f"**{s}**" if s == "total" else s
+        w(f"| {name} | {sum(pick(r) for r in rs)} | {sum(pick(r) for r in no_ref)} | "
+          f"{sum(pick(r) for r in no_dynamo)} | {len(t)} | {p} ({_pct(p, len(t))}) |")
+    w("")
+    trained = [r for r in tested if ((r.get("train") or {}).get("modes") or {}).get(COMPILED)]
+    if trained:
+        tm = [r["train"]["modes"][COMPILED] for r in trained]
+        p = sum(m.get("status") == "pass" for m in tm)
+        t64 = sum((m.get("note") or "").startswith("float64 re-check") for m in tm)
+        excl = sum(m.get("status") == "excluded" for m in tm)
+        w(f"Training step, compiled, on {len(trained)} of them: {p} pass ({_pct(p, len(trained))})"
+          + (f", {t64} after the float64 re-check" if t64 else "")
+          + (f", {excl} excluded (the compiled backward fails on CPU too)" if excl else "") + ".")
+        w("")
+    notes = collections.Counter((mode(r).get("note") or "").split(":")[0] for r in tested if mode(r).get("note"))
+    if notes:
+        w("Passing after a re-check: " + ", ".join(f"{k} {n}" for k, n in notes.most_common()) + ".")
+        w("")
+    failing = []
+    for r in tested:
+        for what, m in (("forward", mode(r)), ("train step", ((r.get("train") or {}).get("modes") or {}).get(COMPILED))):
+            if m and m.get("status") not in ("pass", "excluded"):
+                failing.append((r["id"], what, m))
+    if failing:
+        w("| model | run | cause | detail |")
+        w("|---|---|---|---|")
+        for mid, what, m in sorted(failing, key=lambda x: x[:2]):
+            detail = m.get("detail") or ""
+            if m.get("fallback_ops"):
+                detail += " (CPU fallback: " + ", ".join(sorted(m["fallback_ops"])) + ")"
+            w(f"| {mid} | {what} | {m.get('cause')} | {_esc(detail)[:240]} |")
+        w("")
+    if no_dynamo:
+        groups = collections.Counter(_norm(mode(r).get("reason", ""))[:140] for r in no_dynamo)
+        w("Excluded from the compiled mode: torch.compile fails on CPU too, or the forward's random "
+          "draws are replayed by a TorchFunctionMode the compiled graph would not see (grouped, "
+          "numbers as N):")
+        w("")
+        w("| reason | models |")
+        w("|---|---:|")
+        for reason, n in groups.most_common(15):
+            w(f"| {_esc(reason)} | {n} |")
+        w("")
+
+
+def render(results_path, out_path, enumerated=None, compiled_path=None):
     res = _load(results_path)
     if enumerated is None:
         try:
@@ -219,6 +297,8 @@ def render(results_path, out_path, enumerated=None):
           "forward computes from its random numbers, not the device's random number generator "
           "(tests/test_ops_random.py covers that): " + ", ".join(rnd) + ".")
         w("")
+    if compiled_path and os.path.exists(compiled_path):
+        _compiled_section(w, compiled_path)
     # ---------------------------------------------------------------- causes
     w("## Failures by cause")
     w("")

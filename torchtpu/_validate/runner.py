@@ -276,6 +276,7 @@ def run_on_tpu(model, cand, expected, mode, train_ref=None, rng_log=None):
         res["cause"], res["op"], res["detail"] = cause, op, msg
         res["where"] = _where(e)
         if mode == COMPILED:
+            res["detail"] += _cause_of(e)
             cpu_error = _compile_fails_on_cpu(model, cand, train_ref is not None)
             if cpu_error:
                 res.update(status="excluded", cause=None, reason=f"torch.compile fails on CPU too (aot_eager): {cpu_error}")
@@ -290,6 +291,20 @@ def run_on_tpu(model, cand, expected, mode, train_ref=None, rng_log=None):
             torch._dynamo.reset()
     res["seconds"] = round(time.time() - t0, 2)
     return res
+
+
+def _cause_of(e):
+    """' (from ...)': the error Dynamo met while tracing, which its own error names only in
+    a later line ("RuntimeError when making fake tensor call ... Explanation: Dynamo failed
+    to run FX node with fake tensors: call_function ...: got RuntimeError('...')"), or the
+    chained cause; '' when there is neither."""
+    m = re.search(r": got (\w+\(.*\))\s*$", str(e), re.M)
+    if m:
+        return f" (from {m.group(1)[:240]})"
+    c = e.__cause__
+    if c is None or not str(c).strip():
+        return ""
+    return f" (from {type(c).__name__}: {str(c).strip().splitlines()[0][:200]})"
 
 
 def _compile_fails_on_cpu(model, cand, train):
@@ -307,7 +322,7 @@ def _compile_fails_on_cpu(model, cand, train):
             with torch.no_grad():
                 call(compiled, cand)
     except Exception as e:
-        return classify_exception(e)[2]
+        return classify_exception(e)[2] + _cause_of(e)
     finally:
         torch._dynamo.reset()
     return None
@@ -435,7 +450,13 @@ def _run_model(model_id, modes, train):
     statuses = [m["status"] for m in result["modes"].values()]
     if result["train"] and "modes" in result["train"]:
         statuses += [m["status"] for m in result["train"]["modes"].values()]
-    statuses = [s for s in statuses if s != "excluded"]  # (a compiled run torch.compile cannot do on CPU either)
+    # a compiled run torch.compile cannot do on CPU either is excluded, not failed
+    if statuses and all(s == "excluded" for s in statuses):
+        result["status"] = "excluded"
+        result["reason"] = next(m.get("reason") for m in result["modes"].values())
+        result["seconds"] = round(time.time() - t0, 2)
+        return result
+    statuses = [s for s in statuses if s != "excluded"]
     result["status"] = "pass" if statuses and all(s == "pass" for s in statuses) else "fail"
     result["seconds"] = round(time.time() - t0, 2)
     return result
