@@ -5,7 +5,7 @@
     python -m torchtpu.validate --sample ci          # the fixed CI sample (~50 models)
     python -m torchtpu.validate --only timm/resnet18 hf/bert/BertModel
     python -m torchtpu.validate --list               # print the enumeration
-    python -m torchtpu.validate --compiled --limit 250   # torch.compile(backend="tpu"), a sample
+    python -m torchtpu.validate --compiled --limit 300   # torch.compile(backend="tpu"), a sample
     python -m torchtpu.validate --report             # render docs/validation.md from the results
 
 Models: every Hugging Face transformers architecture in the auto mappings (each task-head
@@ -114,7 +114,9 @@ def main(argv=None):
     ap.add_argument("--sample", choices=["all", "ci"], default="all")
     ap.add_argument("--only", nargs="*", help="model ids (or transformers class names)")
     ap.add_argument("--source", nargs="*", choices=["hf", "timm", "tv"], default=["hf", "timm", "tv"])
-    ap.add_argument("--limit", type=int, default=0, help="at most this many models (after sharding)")
+    ap.add_argument("--limit", type=int, default=0,
+                    help="only the shard's first N models (its stable shuffle order, so a uniform sample; "
+                         "a rerun with the same N resumes the same sample)")
     ap.add_argument("--results", default=None,
                     help="JSON-lines results (appended; default build/validation/results.jsonl, "
                          "with --compiled build/validation/compiled.jsonl)")
@@ -169,16 +171,16 @@ def main(argv=None):
         return 0
     si, sn = (int(x) for x in a.shard.split("/"))
     ids = ids[si::sn]
+    if a.limit:
+        ids = ids[:a.limit]
     done = load_results(a.results) if not a.rerun else {}
     if a.retry:
         todo = [i for i in ids if i in done and done[i]["status"] in a.retry]
     else:
         todo = [i for i in ids if i not in done]
-    if a.limit:
-        todo = todo[:a.limit]
     os.makedirs(os.path.dirname(os.path.abspath(a.results)), exist_ok=True)
     tag = f"[{si}/{sn}]"
-    print(f"{tag} {len(ids)} models in shard, {len(ids) - len(todo) if not a.limit else len(done)} "
+    print(f"{tag} {len(ids)} models in shard, {sum(i in done for i in ids)} "
           f"already in {a.results}, running {len(todo)}", file=sys.stderr)
     counts = {"pass": 0, "fail": 0, "excluded": 0}
     t0 = time.time()

@@ -97,8 +97,8 @@ def _compiled_section(w, path):
     w("")
     w(f"The same models, inputs and comparison with `torch.compile(model, backend=\"tpu\")` "
       "(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), on a uniform sample: "
-      "`python -m torchtpu.validate --compiled --shard 0/2 --limit 250` and `--shard 1/2` "
-      "(the first 250 models of each shard's stable shuffle; results in "
+      f"`python -m torchtpu.validate --compiled --shard 0/2 --limit {-(-len(rs) // 2)}` and `--shard 1/2` "
+      f"(the first {-(-len(rs) // 2)} models of each shard's stable shuffle; results in "
       "`build/validation/compiled.jsonl`). The compiled mode passes only with every output "
       "(and, where run, the loss and every gradient) within tolerance and no op on the CPU "
       "fallback; the float64 and tie-order re-checks apply as in eager mode. A model is "
