@@ -543,3 +543,30 @@ def test_compiled_mode_fails_what_only_the_tpu_cannot_compile(monkeypatch):
                         [(c, i) for c, i in fake_tensor.op_implementations_checks if i is not C._grouped_mm_fake])
     res = _run_compiled(GroupedExperts(), monkeypatch)
     assert res["status"] == "fail" and res["modes"][R.COMPILED]["cause"] == "exception", res
+
+
+class CompilesOtherwise(nn.Module):
+    """Like a transformers model with a branch on is_compiling(): torch.compile itself
+    changes the result, on every device."""
+
+    def forward(self, x):
+        return x * (3.0 if torch.compiler.is_compiling() else 2.0)
+
+
+def test_compiled_mode_is_judged_against_cpu_compiled_where_compile_changes_the_result(monkeypatch):
+    res = _run_compiled(CompilesOtherwise(), monkeypatch, train=True)
+    assert res["status"] == "pass", res
+    assert res["modes"][R.COMPILED]["note"].startswith("compiled on CPU too"), res
+
+
+def test_compiled_mode_fails_a_result_unlike_cpu_compiled_too(monkeypatch):
+    """The tpu's compiled output is wrong (here made so): it matches neither CPU eager nor
+    CPU's compiled result."""
+    orig = R.call
+
+    def wrong_on_tpu(model, cand, rng_log=None):
+        out = orig(model, cand, rng_log)
+        return out + 1 if isinstance(out, torch.Tensor) and out.device.type == "tpu" else out
+    monkeypatch.setattr(R, "call", wrong_on_tpu)
+    res = _run_compiled(CompilesOtherwise(), monkeypatch)
+    assert res["status"] == "fail" and res["modes"][R.COMPILED]["cause"] == "mismatch", res
