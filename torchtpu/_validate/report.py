@@ -101,7 +101,10 @@ def _compiled_section(w, path):
       f"(the first {-(-len(rs) // 2)} models of each shard's stable shuffle; results in "
       "`build/validation/compiled.jsonl`). The compiled mode passes only with every output "
       "(and, where run, the loss and every gradient) within tolerance and no op on the CPU "
-      "fallback; the float64 and tie-order re-checks apply as in eager mode. A model is "
+      "fallback; the float64 and tie-order re-checks apply as in eager mode, and a result that "
+      "differs from CPU eager passes where it matches the same model compiled on CPU "
+      "(`torch.compile(backend=\"aot_eager\")`): torch.compile itself changed the result "
+      "there, on CPU as on tpu. A model is "
       "excluded when its CPU reference fails, when `torch.compile` with PyTorch's own "
       "`aot_eager` backend fails on CPU too (a limit of torch.compile, not of the tpu), or "
       "when its eval forward draws random numbers (the eager modes replay the CPU's draws "
@@ -128,9 +131,14 @@ def _compiled_section(w, path):
           + (f", {t64} after the float64 re-check" if t64 else "")
           + (f", {excl} excluded (the compiled backward fails on CPU too)" if excl else "") + ".")
         w("")
-    notes = collections.Counter((mode(r).get("note") or "").split(":")[0] for r in tested if mode(r).get("note"))
-    if notes:
-        w("Passing after a re-check: " + ", ".join(f"{k} {n}" for k, n in notes.most_common()) + ".")
+    noted = collections.defaultdict(list)
+    for r in tested:
+        for what, m in (("", mode(r)), (" (train step)", ((r.get("train") or {}).get("modes") or {}).get(COMPILED))):
+            if m and m.get("status") == "pass" and m.get("note"):
+                noted[m["note"].split(":")[0]].append(r["id"] + what)
+    if noted:
+        w("Passing after a re-check: " + "; ".join(f"{k} ({len(v)}): {', '.join(sorted(v))}"
+                                                   for k, v in sorted(noted.items())) + ".")
         w("")
     failing = []
     for r in tested:
