@@ -315,7 +315,9 @@ static tpu_status_t build_group_norm_backward(tpu_build_t* b) {
 const tpu_aten_entry_t tpu__aten_norm[] = {
     {"native_batch_norm", build_bn, NULL},
     {"_native_batch_norm_legit", build_bn, NULL},
+    {"_native_batch_norm_legit.out", build_bn, NULL},
     {"_native_batch_norm_legit.no_stats", build_bn_no_stats, NULL},
+    {"_native_batch_norm_legit.no_stats_out", build_bn_no_stats, NULL},
     {"native_batch_norm_backward", build_bn_backward, NULL},
     {"_weight_norm_interface", build_weight_norm, NULL},
     {"_weight_norm_interface.out", build_weight_norm, NULL},

@@ -50,7 +50,8 @@ static const struct { const char* name; out_rule_t rule; } out_rules[] = {
     /* kernels with checks of their own */
     {"where.self_out", OUT_WHERE}, {"dot.out", OUT_RESULT}, {"vdot.out", OUT_RESULT},
     {"index_select.out", OUT_SELF_RESULT}, {"masked_select.out", OUT_SELF_RESULT},
-    {"log_sigmoid_forward.output", OUT_SCALAR_TYPE}, {"nan_to_num.out", OUT_NAN_TO_NUM},
+    {"log_sigmoid_forward.output", OUT_SCALAR_TYPE}, {"_native_batch_norm_legit.out", OUT_SCALAR_TYPE},
+    {"_native_batch_norm_legit.no_stats_out", OUT_SCALAR_TYPE}, {"nan_to_num.out", OUT_NAN_TO_NUM},
     {"cat.out", OUT_CAT}, /* casts, but refuses what it cannot cast with a TypeError */
 };
 
