@@ -145,6 +145,21 @@ def test_compiled_grouped_mm_in_any_float_dtype(dtype, no_fallback):
     close(wt.grad, w.grad, scale=4)
 
 
+def test_compiled_attention_with_dynamic_shapes(no_fallback):
+    """With symbolic sizes (dynamic=True, or Dynamo's automatic dynamic shapes after a
+    size change, as LightGlue's varying keypoint counts trigger), the attention backend
+    choice cannot dry-run the fused kernel: it takes the math composition, which serves
+    every size; results match eager for each sequence length."""
+    def f(q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    g = torch.compile(f, backend="tpu", dynamic=True)
+    for n in (7, 12):
+        torch.manual_seed(n)
+        q, k, v = (torch.randn(2, 4, n, 16) for _ in range(3))
+        mask = torch.rand(2, 1, 1, n) > 0.3
+        assert_close(g(*(t.to("tpu") for t in (q, k, v, mask))).cpu(), f(q, k, v, mask))
+
+
 def test_fake_tensors_reaching_kernels_raise_not_crash():
     """FakeTensor tracing runs scaled_dot_product_attention's backend choice on tpu with
     storage-less tensors (it answers from the layout: the fused kernel here), and a

@@ -714,7 +714,11 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   const at::Tensor* ts[4] = {&q, &k, &v, mask && mask->defined() ? &*mask : nullptr};
   for (int i = 0; i < 4; ++i) {
     if (!ts[i]) continue;
-    if (ts[i]->device().type() != kTpu || ts[i]->dim() > TPU_MAX_DIMS) return static_cast<int64_t>(at::SDPBackend::math);
+    // Symbolic sizes (torch.compile with dynamic shapes): the graph serves every size its
+    // guards allow, which one dry run cannot answer for; the math composition can run them all.
+    if (ts[i]->device().type() != kTpu || ts[i]->dim() > TPU_MAX_DIMS ||
+        ts[i]->unsafeGetTensorImpl()->has_symbolic_sizes_strides())
+      return static_cast<int64_t>(at::SDPBackend::math);
     held[i] = with_storage(*ts[i]);
     args[i].kind = TPU_ARG_TENSOR;
     args[i].tensor = view_of(held[i]);
