@@ -92,6 +92,12 @@ def _stable_hash(s):
     return int(hashlib.sha1(s.encode()).hexdigest()[:8], 16)
 
 
+def run_order(ids):
+    """A stable pseudo-random order: any prefix of a run (or of a shard) is a uniform
+    sample across the three sources."""
+    return sorted(ids, key=lambda i: (_stable_hash(i), i))
+
+
 def load_results(path):
     res = {}
     if os.path.exists(path):
@@ -156,9 +162,7 @@ def main(argv=None):
     elif a.sample == "ci":
         ids, train_ids = ci_sample(all_ids)
     else:
-        # a stable pseudo-random order: any prefix of a run (or of a shard) is a uniform
-        # sample across the three sources
-        ids = sorted(all_ids, key=lambda i: (_stable_hash(i), i))
+        ids = run_order(all_ids)
     if a.sample != "ci" and a.train_every > 0:
         train_ids = {i for i in ids if _stable_hash(i) % a.train_every == 0}
     if a.list:

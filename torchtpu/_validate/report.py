@@ -81,13 +81,20 @@ def _blocking_ops(m):
     return ops | fb
 
 
-def _compiled_section(w, path):
+def _compiled_section(w, path, order):
     """torch.compile(backend="tpu") on its sample (the results of `validate --compiled`):
-    pass rates per source, the forward and the training step, failures listed whole."""
+    pass rates per source, the forward and the training step, failures listed whole.
+    `order`: the enumeration in run order, whose two shards' run prefixes make the sample."""
     res = _load(path)
     if not res:
         return
     rs = list(res.values())
+    prefix = []
+    for shard in (order[0::2], order[1::2]):
+        n = 0
+        while n < len(shard) and shard[n] in res:
+            n += 1
+        prefix.append(n)
     mode = lambda r: r.get("modes", {}).get(COMPILED, {})  # noqa: E731
     tested = [r for r in rs if mode(r).get("status") not in (None, "excluded")]
     no_ref = [r for r in rs if not mode(r)]  # the CPU reference failed: no tpu run
@@ -96,9 +103,10 @@ def _compiled_section(w, path):
     w('## torch.compile(backend="tpu")')
     w("")
     w(f"The same models, inputs and comparison with `torch.compile(model, backend=\"tpu\")` "
-      "(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), on a uniform sample: "
-      f"`python -m torchtpu.validate --compiled --shard 0/2 --limit {-(-len(rs) // 2)}` and `--shard 1/2` "
-      f"(the first {-(-len(rs) // 2)} models of each shard's stable shuffle; results in "
+      f"(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), on {len(rs)} of the "
+      f"{len(order)} enumerated models, a uniform sample: `python -m torchtpu.validate --compiled "
+      f"--shard 0/2 --limit {prefix[0]}` and `--shard 1/2 --limit {prefix[1]}` (each shard's first "
+      "models in its stable shuffle; results in "
       "`build/validation/compiled.jsonl`). The compiled mode passes only with every output "
       "(and, where run, the loss and every gradient) within tolerance and no op on the CPU "
       "fallback; the float64 and tie-order re-checks apply as in eager mode, and a result that "
@@ -169,10 +177,13 @@ def _compiled_section(w, path):
 
 def render(results_path, out_path, enumerated=None, compiled_path=None):
     res = _load(results_path)
+    order = []
     if enumerated is None:
         try:
             from . import models
-            enumerated = collections.Counter(models.source_of(i) for i in models.enumerate_models())
+            from ..validate import run_order
+            order = run_order(models.enumerate_models())
+            enumerated = collections.Counter(models.source_of(i) for i in order)
         except Exception:
             enumerated = {}
     rs = list(res.values())
@@ -306,7 +317,7 @@ def render(results_path, out_path, enumerated=None, compiled_path=None):
           "(tests/test_ops_random.py covers that): " + ", ".join(rnd) + ".")
         w("")
     if compiled_path and os.path.exists(compiled_path):
-        _compiled_section(w, compiled_path)
+        _compiled_section(w, compiled_path, order)
     # ---------------------------------------------------------------- causes
     w("## Failures by cause")
     w("")
