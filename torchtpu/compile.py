@@ -83,8 +83,8 @@ def _grouped_mm_fake(fake_mode, func, *args, **kwargs):
     torch._check(b.dtype == a.dtype, lambda: f"_grouped_mm: mat2 dtype {b.dtype} does not match self dtype {a.dtype}")
     torch._check(out_dtype in (None, a.dtype), lambda: f"_grouped_mm: out_dtype must be {a.dtype}, got {out_dtype}")
     torch._check(bias is None, lambda: "_grouped_mm: bias is not supported")
-    k_a, k_b = a.size(-1), b.size(-2) if b.dim() == 3 else b.size(0)
-    torch._check(k_a == k_b, lambda: f"_grouped_mm: contraction sizes differ ({k_a} and {k_b})")
+    torch._check(a.size(-1) == b.size(-2),
+                 lambda: f"_grouped_mm: contraction sizes differ ({a.size(-1)} and {b.size(-2)})")
     if a.dim() == 2 or b.dim() == 2:
         torch._check(offs is not None and offs.dim() == 1 and offs.dtype == torch.int32,
                      lambda: "_grouped_mm: a 2-d operand needs 1-d int32 offsets")
