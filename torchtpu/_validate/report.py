@@ -96,6 +96,7 @@ def _compiled_section(w, path, order):
             n += 1
         prefix.append(n)
     mode = lambda r: r.get("modes", {}).get(COMPILED, {})  # noqa: E731
+    train_mode = lambda r: ((r.get("train") or {}).get("modes") or {}).get(COMPILED)  # noqa: E731
     tested = [r for r in rs if mode(r).get("status") not in (None, "excluded")]
     no_ref = [r for r in rs if not mode(r)]  # the CPU reference failed: no tpu run
     no_dynamo = [r for r in rs if mode(r).get("status") == "excluded"]
@@ -129,19 +130,18 @@ def _compiled_section(w, path, order):
         w(f"| {name} | {sum(pick(r) for r in rs)} | {sum(pick(r) for r in no_ref)} | "
           f"{sum(pick(r) for r in no_dynamo)} | {len(t)} | {p} ({_pct(p, len(t))}) |")
     w("")
-    trained = [r for r in tested if ((r.get("train") or {}).get("modes") or {}).get(COMPILED)]
-    if trained:
-        tm = [r["train"]["modes"][COMPILED] for r in trained]
+    tm = [train_mode(r) for r in tested if train_mode(r)]
+    if tm:
         p = sum(m.get("status") == "pass" for m in tm)
         t64 = sum((m.get("note") or "").startswith("float64 re-check") for m in tm)
         excl = sum(m.get("status") == "excluded" for m in tm)
-        w(f"Training step, compiled, on {len(trained)} of them: {p} pass ({_pct(p, len(trained))})"
+        w(f"Training step, compiled, on {len(tm)} of them: {p} pass ({_pct(p, len(tm))})"
           + (f", {t64} after the float64 re-check" if t64 else "")
           + (f", {excl} excluded (the compiled backward fails on CPU too)" if excl else "") + ".")
         w("")
     noted = collections.defaultdict(list)
     for r in tested:
-        for what, m in (("", mode(r)), (" (train step)", ((r.get("train") or {}).get("modes") or {}).get(COMPILED))):
+        for what, m in (("", mode(r)), (" (train step)", train_mode(r))):
             if m and m.get("status") == "pass" and m.get("note"):
                 noted[m["note"].split(":")[0]].append(r["id"] + what)
     if noted:
@@ -150,7 +150,7 @@ def _compiled_section(w, path, order):
         w("")
     failing = []
     for r in tested:
-        for what, m in (("forward", mode(r)), ("train step", ((r.get("train") or {}).get("modes") or {}).get(COMPILED))):
+        for what, m in (("forward", mode(r)), ("train step", train_mode(r))):
             if m and m.get("status") not in ("pass", "excluded"):
                 failing.append((r["id"], what, m))
     if failing:

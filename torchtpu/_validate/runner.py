@@ -314,22 +314,12 @@ def _cause_of(e):
 
 def _cpu_compiled(model, cand, train):
     """torch.compile(model, backend="aot_eager") on CPU (Dynamo and AOTAutograd, PyTorch's
-    own ops): (None, its output under no_grad, or with `train` its step {"loss", "grad"}),
-    or (the first line of its error, None)."""
+    own ops): (None, its forward (_cpu_forward), or with `train` its step (_cpu_step)), or
+    (the first line of its error, None)."""
     torch._dynamo.reset()
     try:
-        ref_model = copy.deepcopy(model)
-        compiled = torch.compile(ref_model, backend="aot_eager")
-        torch.manual_seed(0)
-        if not train:
-            with torch.no_grad():
-                return None, call(compiled, cand)
-        loss = _loss_of(call(compiled, cand))
-        if loss is None:
-            return None, None
-        loss.backward()
-        return None, {"loss": loss.detach(), "grad": {n: p.grad for n, p in ref_model.named_parameters()
-                                                      if p.grad is not None}}
+        run = _cpu_step if train else _cpu_forward
+        return None, run(model, cand, compile_backend="aot_eager")
     except Exception as e:
         return classify_exception(e)[2] + _cause_of(e), None
     finally:
@@ -689,29 +679,32 @@ def _judge_forward(tpu_out, ref64, cpu_runs):
     return True, sized, compared, worst_tpu, worst_cpu
 
 
-def _cpu_forward(model, cand, rng_log=None, threads=None):
-    """The CPU float32 forward again, at `threads` intra-op threads (restored after)."""
+def _cpu_forward(model, cand, rng_log=None, threads=None, compile_backend=None):
+    """The CPU float32 forward again, at `threads` intra-op threads (restored after);
+    through torch.compile with `compile_backend`."""
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(threads or before)
         torch.manual_seed(0)
         with torch.no_grad():
-            return call(model, cand, rng_log)
+            return call(torch.compile(model, backend=compile_backend) if compile_backend else model, cand, rng_log)
     finally:
         torch.set_num_threads(before)
 
 
-def _cpu_step(model, cand, rng_log=None, threads=None):
+def _cpu_step(model, cand, rng_log=None, threads=None, compile_backend=None):
     """The training step on CPU, on a copy of the model: {"loss", "grad": {name: grad}}, or
     None when the model has no differentiable float output. threads: torch's intra-op
-    thread count for the step (restored after), which decides how long sums are split."""
+    thread count for the step (restored after), which decides how long sums are split;
+    compile_backend: the step through torch.compile with that backend."""
     ref_model = copy.deepcopy(model)
     before = torch.get_num_threads()
     try:
         if threads:
             torch.set_num_threads(threads)
         torch.manual_seed(0)
-        loss = _loss_of(call(ref_model, cand, rng_log))
+        run = torch.compile(ref_model, backend=compile_backend) if compile_backend else ref_model
+        loss = _loss_of(call(run, cand, rng_log))
         if loss is None:
             return None
         loss.backward()
