@@ -13,6 +13,7 @@ from .runner import COMPILED, MODEL_TOL_FACTOR, MODES, RELU_NEAR_ZERO
 
 SOURCES = ("transformers", "timm", "torchvision")
 CAUSES = ("unsupported_op", "cpu_fallback", "mismatch", "exception", "timeout")
+COMPILED_HEADING = '## torch.compile(backend="tpu")'
 
 
 def _load(path):
@@ -101,7 +102,7 @@ def _compiled_section(w, path, order):
     no_ref = [r for r in rs if not mode(r)]  # the CPU reference failed: no tpu run
     no_dynamo = [r for r in rs if mode(r).get("status") == "excluded"]
     builds = collections.Counter(r.get("build") or "not recorded" for r in rs)
-    w('## torch.compile(backend="tpu")')
+    w(COMPILED_HEADING)
     w("")
     w(f"The same models, inputs and comparison with `torch.compile(model, backend=\"tpu\")` "
       f"(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), on {len(rs)} of the "
@@ -175,17 +176,46 @@ def _compiled_section(w, path, order):
         w("")
 
 
+def _splice_compiled(out_path, compiled_path, order):
+    """Replaces the compiled section of an existing report (up to the next "## " heading),
+    keeping every eager section as it was: for a compiled run on a checkout whose eager
+    results file is absent (results live under build/, which a fresh clone lacks)."""
+    with open(out_path) as f:
+        lines = f.read().split("\n")
+    new = []
+    _compiled_section(new.append, compiled_path, order)
+    if not new:
+        return
+    if COMPILED_HEADING in lines:
+        start = lines.index(COMPILED_HEADING)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    else:  # no compiled section yet: it goes before the failures, as render() places it
+        start = end = next((i for i, l in enumerate(lines) if l == "## Failures by cause"), len(lines))
+    with open(out_path, "w") as f:
+        f.write("\n".join(lines[:start] + new + lines[end:]))
+
+
+def _enumeration():
+    """(run order, models enumerated per source); empty where the model zoos cannot load."""
+    try:
+        from . import models
+        from ..validate import run_order
+        order = run_order(models.enumerate_models())
+        return order, collections.Counter(models.source_of(i) for i in order)
+    except Exception:
+        return [], {}
+
+
 def render(results_path, out_path, enumerated=None, compiled_path=None):
-    res = _load(results_path)
+    """Writes the report from the eager results (and the compiled ones). Without eager
+    results but with an existing report, only its compiled section is re-rendered."""
+    res = _load(results_path) if os.path.exists(results_path) else {}
     order = []
+    if not res and compiled_path and os.path.exists(compiled_path) and os.path.exists(out_path):
+        _splice_compiled(out_path, compiled_path, _enumeration()[0])
+        return
     if enumerated is None:
-        try:
-            from . import models
-            from ..validate import run_order
-            order = run_order(models.enumerate_models())
-            enumerated = collections.Counter(models.source_of(i) for i in order)
-        except Exception:
-            enumerated = {}
+        order, enumerated = _enumeration()
     rs = list(res.values())
     by_src = collections.defaultdict(list)
     for r in rs:
