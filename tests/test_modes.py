@@ -76,7 +76,8 @@ def test_defer_fuses_elementwise_chain_exactly(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_defer_fuses_large_groups_exactly(dtype):
-    """Groups over more than 65,536 elements run in short tiles, one chain per group:
+    """Groups over more than 65,536 elements run in L2-sized tiles (several per row where
+    the dims merge into one long row), one chain per group:
     results stay bit-identical to strict with a broadcast operand, a transposed (strided)
     input, a mixed-dtype operand and in-place updates, and two unrelated chains of one
     large shape get a group each."""

@@ -12,8 +12,6 @@
  * log_softmax, layer norm) that consumes a member's float32 output: the iteration space
  * then keeps the last dim as its rows, each row is computed tile by tile into a row
  * buffer, and the reduction runs on the row while it is in cache. */
-#include <unistd.h>
-
 #include "host/host.h"
 
 #define MAX_OPS 256
@@ -207,37 +205,42 @@ static tpu_status_t group_rows(void* vctx, int64_t i0, int64_t i1, int tid) {
 
 /* Elements per tile. A group over a large shape streams its operands from memory: its
  * tiles keep every buffer they touch (the operands it streams, member outputs kept in
- * scratch, constants) within a quarter of the L1 data cache, at least TILE_MIN elements.
- * Short tiles of many streams keep more reads in flight than long ones, which read one
- * or two streams at a time. Measured (stop 15), AdamW's foreach chain of 8 ops over
- * 16 x 1024x1024 parameters, alternating in one process: one thread 33.1 ms with about
- * 320-element tiles, 26.2 with 128, 34.6 with 640; bench/tile_streams.c, a C model of
- * the chain, ran 2.6x the time of a hand-fused loop with 4 KiB tiles, 1.2x with 512-byte
- * ones (1.0x once the constants were scalars, host/elementwise.c). A group over a small
- * shape works in cache, where per-tile costs dominate: TILE_MAX (200 parameters of
- * 64x64: 1.9 ms with 640-element tiles, 2.4 with 128). */
+ * scratch, constants) within half of one core's L2 cache, at least TILE_MIN elements.
+ * Long tiles cost fewer passes of the per-tile loop over the members and read each
+ * stream in long runs, while a member's output tile is still in L2 when the next member
+ * reads it. Measured on a Zen 5 machine (2 threads, 1 MiB L2 per core), medians of
+ * three alternated processes per build, defer_and_fuse: AdamW's foreach chain of 8 ops
+ * over 16 x 1024x1024 parameters 11.3-12.0 ms with the rule before (a quarter of L1, at
+ * most 1,024 elements: 256 here) -> 9.0-9.3 ms with this one (10,880); PyTorch's
+ * hand-fused `_fused_adamw_` takes 7.8-8.1. ((x * 1.5 + b).relu() * c).sum() over 16M
+ * floats 11.1-11.3 -> 7.7-8.0 ms, gelu(x * b + c) * 0.5 9.0-10.1 -> 7.9-8.0. A fixed
+ * sweep of the AdamW chain: 2,048 elements 9.7-10.1 ms, 16,384 7.7-9.6. (Stop 15, on
+ * another machine, compared tiles up to 640 elements only, where 128 was fastest.) A
+ * group over a small shape works in cache, where per-tile costs dominate: TILE_MAX
+ * (200 parameters of 64x64: 1.9 ms with 640-element tiles, 2.4 with 128, stop 15).
+ * Long tiles never leave a thread without work: a group has at least four tiles per
+ * thread (or tiles of TILE_MAX). */
 #define TILE_MIN 128
 #define TILE_MAX 1024
 
-static int64_t l1_bytes;
-static pthread_once_t l1_once = PTHREAD_ONCE_INIT;
-static void read_l1(void) {
-  int64_t v = tpu__cache_bytes(1);
-  if (v < 8192) v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-  l1_bytes = v >= 8192 ? v : 32768;
+static int64_t l2_bytes;
+static pthread_once_t l2_once = PTHREAD_ONCE_INIT;
+static void read_l2(void) {
+  int64_t v = tpu__cache_bytes(2);
+  l2_bytes = v >= 65536 ? v : 262144; /* unknown: a small L2 */
 }
 
 static int64_t group_tile(const group_ctx_t* c, size_t widest, int64_t numel) {
   if (numel <= TPU_GROUP_SMALL_NUMEL) return TILE_MAX;
-  pthread_once(&l1_once, read_l1);
-  int64_t l1 = l1_bytes;
+  pthread_once(&l2_once, read_l2);
   size_t per_elem = widest * (size_t)c->n_const;
   for (int e = 0; e < c->n_ext; ++e) per_elem += (size_t)c->esize[e];
   for (int i = 0; i < c->k; ++i)
     if (!c->direct[i]) per_elem += (size_t)tpu_dtype_size(c->cdt[i]);
-  int64_t t = per_elem ? l1 / 4 / (int64_t)per_elem : TILE_MAX;
-  t = t / 64 * 64;
-  return t < TILE_MIN ? TILE_MIN : t > TILE_MAX ? TILE_MAX : t;
+  int64_t t = per_elem ? l2_bytes / 2 / (int64_t)per_elem / 64 * 64 : TILE_MAX;
+  int64_t share = numel / (4 * (int64_t)tpu__num_threads()) / 64 * 64;
+  if (t > share) t = share > TILE_MAX ? share : TILE_MAX;
+  return t < TILE_MIN ? TILE_MIN : t;
 }
 
 tpu_status_t tpu__host_run_group(tpu_driver_t* drv, tpu_node_t* const* nodes, int k,
