@@ -252,8 +252,13 @@ def test_shape_mismatch_error_names_op():
     lambda a: a[1:].copy_(a[:-1]),
     lambda a: a[:1].expand(4).copy_(torch.ones(4)),
     lambda a: a.index_add_(0, torch.arange(6, device=a.device), a),  # source is self
+    # CPU fallback ops whose CPU kernels refuse an out= equal to an input
+    lambda a: torch.take(a[:3], torch.tensor([2, 1, 0], device=a.device), out=a[:3]),
+    lambda a: torch.kthvalue(a[:1].reshape(()), 1, out=(a[:1].reshape(()), torch.empty((), dtype=torch.long,
+                                                                                        device=a.device))),
 ], ids=["inplace-expanded", "out-partial", "inplace-partial", "index_select", "gather-out-is-input",
-        "fallback-take", "out-is-input-no-resize", "copy-partial", "copy-into-expanded", "index_add-self"])
+        "fallback-take", "out-is-input-no-resize", "copy-partial", "copy-into-expanded", "index_add-self",
+        "fallback-take-out-is-input", "fallback-kthvalue-out-is-input"])
 def test_overlapping_writes_raise_as_on_cpu(call):
     """ATen's memory-overlap rules: a written tensor whose elements share memory, or that
     partly overlaps an input, is refused (kernels would read what they already wrote);

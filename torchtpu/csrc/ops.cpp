@@ -264,6 +264,14 @@ bool expanded_write_ok(const std::string& name) {
   return ok.count(name) != 0;
 }
 
+// Ops on the CPU fallback whose CPU kernels refuse an output equal to an input
+// (assert_no_overlap, not TensorIterator's rule), by schema name: the fallback's host
+// copies never alias, so the check is made on the tpu tensors (OpInfo's error samples).
+bool refuses_full_overlap(const std::string& name) {
+  static const std::set<std::string> no = {"aten::take", "aten::kthvalue"};
+  return no.count(name) != 0;
+}
+
 // ATen's memory-overlap rules for a tensor w an op writes (TensorIterator's, and
 // assert_no_overlap in the kernels that gather or concatenate): w whose elements share
 // memory (an expanded tensor) is refused, as is w partly over an input; w exactly equal to
@@ -518,12 +526,13 @@ void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* 
     TORCH_WARN(name, " is not implemented natively for tpu; running it on the CPU "
                "(slow: data moves to the host and back). See torchtpu.fallback_report().");
   {  // the CPU kernel sees host copies, which never overlap: check the tpu tensors here
-     // (full overlap with an input is left alone: most ops allow it)
+     // (full overlap with an input is left alone where the CPU kernel allows it: most do)
     auto args = torch::jit::last(*stack, static_cast<int64_t>(s.arguments().size()));
+    bool may_alias = !refuses_full_overlap(s.name());
     for (size_t i = 0; i < s.arguments().size(); ++i) {
       const auto& a = s.arguments()[i];
       if (a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() && args[i].toTensor().defined())
-        check_overlap(s.name(), a.is_out() ? args.slice(0, i) : args, args[i].toTensor(), true,
+        check_overlap(s.name(), a.is_out() ? args.slice(0, i) : args, args[i].toTensor(), may_alias,
                       a.is_out() ? -1 : static_cast<int>(i));
     }
   }
