@@ -160,6 +160,41 @@ def test_compiled_attention_with_dynamic_shapes(no_fallback):
         assert_close(g(*(t.to("tpu") for t in (q, k, v, mask))).cpu(), f(q, k, v, mask))
 
 
+def test_compiled_output_made_by_reshaping_a_matmul_can_be_written_in_place(no_fallback):
+    """A region's output that _unsafe_view made from a matmul's result is not a view for
+    autograd, so code after a graph break may write it in place and backpropagate
+    (Chameleon masks image tokens in its logits so). The attention over transposed inputs,
+    whose result is transposed back and viewed, is the case the view -> reshape rewrite is
+    for (PyTorch's meta function gives its output the query's dim order, the tpu kernel a
+    contiguous one)."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lm = torch.nn.Embedding(50, 16), torch.nn.Linear(16, 50, bias=False)
+
+        def forward(self, ids):
+            h = self.emb(ids)
+            q = h.view(2, 8, 2, 8).transpose(1, 2)  # [batch, heads, seq, dim], seq-major in memory
+            a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+            h = h + a.transpose(1, 2).contiguous().view(2, 8, 16)
+            logits = self.lm(h)
+            torch._dynamo.graph_break()
+            logits[:, :, [3, 4, 5]] = torch.finfo(logits.dtype).min
+            return logits
+
+    torch.manual_seed(0)
+    model, ids = M(), torch.randint(0, 50, (2, 8))
+    ref = model(ids)
+    ref.mean().backward()
+    dev = copy.deepcopy(model).to("tpu")
+    dev.zero_grad()
+    out = torch.compile(dev, backend="tpu")(ids.to("tpu"))
+    out.mean().backward()
+    assert_close(out.detach().cpu(), ref.detach())
+    for (name, p), (_, q) in zip(model.named_parameters(), dev.named_parameters()):
+        assert_close(q.grad.cpu(), p.grad, msg=name)
+
+
 def test_fake_tensors_reaching_kernels_raise_not_crash():
     """FakeTensor tracing runs scaled_dot_product_attention's backend choice on tpu with
     storage-less tensors (it answers from the layout: the fused kernel here), and a

@@ -35,14 +35,28 @@ def _views_to_reshapes(gm: torch.fx.GraphModule) -> None:
     can be invalid on the device. The graph is functional (AOTAutograd removed mutation),
     so a view and a reshape mean the same values: reshape copies only where the layout
     requires it."""
-    views = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default)
     changed = False
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in views:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
             node.target = torch.ops.aten.reshape.default
+            changed = True
+        elif node.op == "call_function" and node.target is torch.ops.aten._unsafe_view.default:
+            node.target = _unsafe_view
             changed = True
     if changed:
         gm.recompile()
+
+
+def _unsafe_view(x, shape):
+    """aten._unsafe_view where the layout allows it, else a reshape (which then copies).
+    Not a plain reshape: _unsafe_view's result is not a view for autograd, and a graph
+    output that became one (a model's logits, made by reshaping a matmul's result) would
+    be refused an in-place write afterwards ("Output 0 of CompiledFunction is a view ...":
+    Chameleon's `logits[:, :, image_tokens] = min`)."""
+    try:
+        return torch.ops.aten._unsafe_view.default(x, shape)
+    except RuntimeError:
+        return torch.ops.aten.reshape.default(x, shape)
 
 
 def _graph_runner(gm: torch.fx.GraphModule, example_inputs):
