@@ -104,12 +104,16 @@ def _compiled_section(w, path, order):
     builds = collections.Counter(r.get("build") or "not recorded" for r in rs)
     w(COMPILED_HEADING)
     w("")
+    if order and len(rs) >= len(order):
+        run = (f"on all {len(order):,} enumerated models: `python -m torchtpu.validate --compiled "
+               "--shard 0/2` and `--shard 1/2` (results in `build/validation/compiled.jsonl`). ")
+    else:
+        run = (f"on {len(rs):,} of the {len(order):,} enumerated models, a uniform sample: `python -m "
+               f"torchtpu.validate --compiled --shard 0/2 --limit {prefix[0]}` and `--shard 1/2 --limit "
+               f"{prefix[1]}` (each shard's first models in its stable shuffle; results in "
+               "`build/validation/compiled.jsonl`). ")
     w(f"The same models, inputs and comparison with `torch.compile(model, backend=\"tpu\")` "
-      f"(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), on {len(rs)} of the "
-      f"{len(order)} enumerated models, a uniform sample: `python -m torchtpu.validate --compiled "
-      f"--shard 0/2 --limit {prefix[0]}` and `--shard 1/2 --limit {prefix[1]}` (each shard's first "
-      "models in its stable shuffle; results in "
-      "`build/validation/compiled.jsonl`). The compiled mode passes only with every output "
+      f"(Dynamo and AOTAutograd; the graphs run in defer_and_fuse), {run}The compiled mode passes only with every output "
       "(and, where run, the loss and every gradient) within tolerance and no op on the CPU "
       "fallback; the float64 and tie-order re-checks apply as in eager mode, and a result that "
       "differs from CPU eager passes where it matches the same model compiled on CPU "
