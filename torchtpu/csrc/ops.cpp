@@ -26,7 +26,6 @@
 #include <chrono>
 #include <map>
 #include <mutex>
-#include <set>
 
 #include "adapter.h"
 
@@ -256,22 +255,6 @@ void OpKernel::convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, co
   }
 }
 
-// In-place ops ATen lets write into an expanded tensor (fill_ skips the check; the
-// others warn that it is deprecated), by schema name.
-bool expanded_write_ok(const std::string& name) {
-  static const std::set<std::string> ok = {"aten::fill_", "aten::zero_", "aten::masked_fill_", "aten::index_put_",
-                                           "aten::_index_put_impl_", "aten::index_fill_", "aten::put_"};
-  return ok.count(name) != 0;
-}
-
-// Ops on the CPU fallback whose CPU kernels refuse an output equal to an input
-// (assert_no_overlap, not TensorIterator's rule), by schema name: the fallback's host
-// copies never alias, so the check is made on the tpu tensors (OpInfo's error samples).
-bool refuses_full_overlap(const std::string& name) {
-  static const std::set<std::string> no = {"aten::take", "aten::kthvalue"};
-  return no.count(name) != 0;
-}
-
 // ATen's memory-overlap rules for a tensor w an op writes (TensorIterator's, and
 // assert_no_overlap in the kernels that gather or concatenate): w whose elements share
 // memory (an expanded tensor) is refused, as is w partly over an input; w exactly equal to
@@ -280,7 +263,8 @@ bool refuses_full_overlap(const std::string& name) {
 // itself at position self (in-place forms; -1 for out=).
 void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, const at::Tensor& w,
                    bool may_alias, int self) {
-  if (at::has_internal_overlap(w) == at::MemOverlap::Yes && !(self >= 0 && expanded_write_ok(name)))
+  if (at::has_internal_overlap(w) == at::MemOverlap::Yes &&
+      !(self >= 0 && (tpu_aten_overlap_rule(name.c_str()) & TPU_OVERLAP_EXPANDED_WRITE_OK)))
     TORCH_CHECK(false, name, ": unsupported operation: more than one element of the written-to tensor "
                 "refers to a single memory location. Please clone() the tensor before performing the operation.");
   auto against = [&](const at::Tensor& in) {
@@ -528,7 +512,7 @@ void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* 
   {  // the CPU kernel sees host copies, which never overlap: check the tpu tensors here
      // (full overlap with an input is left alone where the CPU kernel allows it: most do)
     auto args = torch::jit::last(*stack, static_cast<int64_t>(s.arguments().size()));
-    bool may_alias = !refuses_full_overlap(s.name());
+    bool may_alias = !(tpu_aten_overlap_rule(s.name().c_str()) & TPU_OVERLAP_NO_FULL_ALIAS);
     for (size_t i = 0; i < s.arguments().size(); ++i) {
       const auto& a = s.arguments()[i];
       if (a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() && args[i].toTensor().defined())

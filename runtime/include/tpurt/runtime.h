@@ -263,6 +263,13 @@ int tpu_node_output_count(const tpu_node_t* node);
  * it except for the ops that assert no overlap at all: gather/scatter, index_select,
  * index_add/index_copy/index_put, masked_select, cat). */
 bool tpu_node_may_alias_input(const tpu_node_t* node);
+/* ATen's per-op exceptions to those rules, by schema name without the overload ("fill_"
+ * or "aten::fill_"), for any op, native or not: a mask of TPU_OVERLAP_*. */
+enum {
+  TPU_OVERLAP_EXPANDED_WRITE_OK = 1, /* in place into an expanded tensor (fill_, zero_, ...) */
+  TPU_OVERLAP_NO_FULL_ALIAS = 2,     /* no output equal to an input (take, kthvalue on CPU) */
+};
+int tpu_aten_overlap_rule(const char* schema_name);
 
 /* torch._foreach_* ops (optimizers, clip_grad_norm_). Each applies one table op, its
  * element op, at every position k of its list arguments: position k of each Tensor[] and

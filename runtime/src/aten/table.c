@@ -177,6 +177,26 @@ bool tpu_aten_op_resizes_self(int i) {
   return i >= 0 && i < tpu_aten_op_count() && (entries[i]->flags & TPU_ATEN_RESIZES_SELF);
 }
 
+/* ATen's per-op exceptions to its memory-overlap rules, by schema name without the
+ * overload ("fill_" or "aten::fill_"). */
+int tpu_aten_overlap_rule(const char* schema_name) {
+  static const struct { const char* name; int rule; } rules[] = {
+      /* fill_ skips the check; the others warn that writing an expanded tensor is deprecated */
+      {"fill_", TPU_OVERLAP_EXPANDED_WRITE_OK}, {"zero_", TPU_OVERLAP_EXPANDED_WRITE_OK},
+      {"masked_fill_", TPU_OVERLAP_EXPANDED_WRITE_OK}, {"index_put_", TPU_OVERLAP_EXPANDED_WRITE_OK},
+      {"_index_put_impl_", TPU_OVERLAP_EXPANDED_WRITE_OK}, {"index_fill_", TPU_OVERLAP_EXPANDED_WRITE_OK},
+      {"put_", TPU_OVERLAP_EXPANDED_WRITE_OK},
+      /* CPU kernels that assert no overlap at all (ops libtpurt leaves to the CPU fallback,
+       * whose host copies never alias; native kinds answer tpu_node_may_alias_input) */
+      {"take", TPU_OVERLAP_NO_FULL_ALIAS}, {"kthvalue", TPU_OVERLAP_NO_FULL_ALIAS},
+  };
+  if (!schema_name) return 0;
+  if (!strncmp(schema_name, "aten::", 6)) schema_name += 6;
+  for (size_t i = 0; i < sizeof rules / sizeof rules[0]; ++i)
+    if (!strcmp(rules[i].name, schema_name)) return rules[i].rule;
+  return 0;
+}
+
 const char* tpu_node_name(const tpu_node_t* n) { return tpu__node_describe(n); }
 
 const char* tpu__node_describe(const tpu_node_t* n) {
