@@ -176,6 +176,19 @@ static tpu_status_t host_run_independent(tpu_driver_t* d, int device, tpu_node_t
   return first;
 }
 
+/* Planning asks these before any node may have run: the tables they read are the kernel
+ * tables' (a graph planned first in a process would otherwise be planned, and cached,
+ * without fusion). */
+static bool host_can_fuse(tpu_driver_t* d, const tpu_node_t* n) {
+  pthread_once(&kernels_once, init_kernels);
+  return tpu__host_can_fuse(d, n);
+}
+
+static bool host_can_end_group(tpu_driver_t* d, const tpu_node_t* producer, const tpu_node_t* n) {
+  pthread_once(&kernels_once, init_kernels);
+  return tpu__host_can_end_group(d, producer, n);
+}
+
 static const tpu_driver_vtable_t host_vtable = {
     .name = "host",
     .device_count = host_device_count,
@@ -185,9 +198,9 @@ static const tpu_driver_vtable_t host_vtable = {
     .execute = host_execute,
     .write = host_write,
     .read = host_read,
-    .can_fuse = tpu__host_can_fuse,
+    .can_fuse = host_can_fuse,
     .run_group = tpu__host_run_group,
-    .can_end_group = tpu__host_can_end_group,
+    .can_end_group = host_can_end_group,
     .run_independent = host_run_independent,
 };
 
