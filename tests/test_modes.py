@@ -380,6 +380,39 @@ def test_defer_lower_peak_memory():
     assert pd < ps / 2, (ps, pd)
 
 
+_PRODUCTS = ("import torch, torchtpu\ntorch.manual_seed(0)\n"
+             "x = torch.randn(128, 256)\nws = [torch.randn(256, 256) / 16 for _ in range(3)]\n"
+             "def run(dev):\n    h = x.to(dev)\n"
+             "    for w in ws:\n        h = (h @ w.to(dev)).relu() * 0.5 + 0.1\n    return h.cpu()\n"
+             "torchtpu.set_eager_mode('defer_and_fuse')\ntorchtpu.explain(clear=True)\nout = run('tpu')\n"
+             "cuts = torchtpu.explain()\n"
+             "print([c['reason'].split(':')[0] for c in cuts], [c['fused_ops'] for c in cuts])\n"
+             "torchtpu.set_eager_mode('strict')\nprint(torch.equal(out, run('tpu')))\n")
+
+
+@pytest.mark.parametrize("macs", [None, "0"])
+def test_defer_cuts_before_a_product_once_work_is_recorded(macs):
+    """Three 128x256x256 products (8.4M multiply-adds each) with an elementwise tail: each
+    product after the first starts a new graph (TORCHTPU_GRAPH_CUT_MACS, default 8e6), so
+    the queue thread can run the first while the rest is recorded; each tail still fuses
+    within its graph, and the result equals strict's. 0 turns the cut off. (A fresh process:
+    its first graph is planned before any kernel ran, and fuses all the same.)"""
+    env = dict(os.environ)
+    env.pop("TORCHTPU_GRAPH_CUT_MACS", None)
+    if macs is not None:
+        env["TORCHTPU_GRAPH_CUT_MACS"] = macs
+    out = subprocess.run([sys.executable, "-c", _PRODUCTS], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    reasons, fused = out.stdout.splitlines()[0].split("] [")
+    if macs is None:
+        assert reasons == "['work to start on', 'work to start on', 'host read (.item(), .cpu(), print, ...)'", out.stdout
+        assert fused == "3, 3, 3]", out.stdout  # relu, mul, add of each product
+    else:
+        assert reasons == "['host read (.item(), .cpu(), print, ...)'", out.stdout
+        assert fused == "9]", out.stdout
+    assert out.stdout.splitlines()[1] == "True"
+
+
 def test_defer_out_of_memory_surfaces_at_read():
     code = ("import torch, torchtpu\ntorchtpu.set_eager_mode('defer_and_fuse')\n"
             "x = torch.empty(1 << 22, device='tpu').fill_(1.0)\n"

@@ -24,6 +24,9 @@ ENV_VARS = {
                           "them, else the AVX512-BF16 kernel where it has that), 'avx512' (the "
                           "AVX512-BF16 kernel even with AMX) or 'widen' (convert to f32 and call sgemm)",
     "TORCHTPU_GRAPH_MAX_NODES": "(C) defer_and_fuse: ops per graph before a size cut (default 4096)",
+    "TORCHTPU_GRAPH_CUT_MACS": "(C) defer_and_fuse: multiply-adds of products (GEMM, convolution, "
+                               "attention) a graph holds before the next product cuts it "
+                               "(default 8e6; 0: never)",
     "TORCHTPU_QUEUE_BYTES": "(C) strict mode: bytes of outputs the queued items may hold before "
                             "the host waits (default 4 MiB)",
     "TORCHTPU_F32_GEMM": "(C) 'blas': f32 products on OpenBLAS even where the AVX-512 kernel "

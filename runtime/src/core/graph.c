@@ -76,13 +76,16 @@ typedef struct pending_s {
   int last_len;
   bool cut_due;        /* the pending ops repeat the previous graph: cut before the next
                           op, or run here if a synchronize comes first */
+  double work;         /* multiply-adds of the pending GEMM-class ops (node_macs) */
 } pending_t;
 
 #define SAME_AS_PREVIOUS "loop detected: same ops as the previous graph"
+#define GEMM_CUT "work to start on: a product after TORCHTPU_GRAPH_CUT_MACS of recorded ones"
 
 static pending_t pend[MAX_DEVICES];
 static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
 static int max_nodes = 0;
+static double cut_macs = -1;
 
 static plan_t* plan_cache[PLAN_CACHE_CAP];
 static uint64_t plans_built, plan_hits;
@@ -175,6 +178,52 @@ tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) {
 tpu_eager_mode_t tpu_get_eager_mode(void) { return (tpu_eager_mode_t)atomic_load(&tpu__eager_mode); }
 
 /* ---- append and cut --------------------------------------------------------------------- */
+static double numel_of(const tpu_operand_t* op) {
+  double e = 1;
+  for (int d = 0; d < op->ndim; ++d) e *= (double)op->sizes[d];
+  return e;
+}
+
+/* Multiply-adds of a GEMM-class node (products, convolutions, attention), 0 for others:
+ * the work that makes it worth starting a graph before all of a step is recorded. */
+static double node_macs(const tpu_node_t* n) {
+  switch (n->kind) {
+    case TPU_KIND_GEMM: /* [batch, M, K] x [batch, K, N] */
+      if (n->n_in < 2 || n->in[0].ndim < 1) return 0;
+      return numel_of(&n->out[0]) * (double)n->in[0].sizes[n->in[0].ndim - 1];
+    case TPU_KIND_CONV: case TPU_KIND_CONV_BWD: {
+      /* CONV: x, w; CONV_BWD: grad_out, x, w. Each element of the side with Cout channels
+       * (the output, or x of a transposed convolution) meets Cin/groups * kernel weights. */
+      bool fwd = n->kind == TPU_KIND_CONV, transposed = n->ia[2] != 0;
+      int wi = fwd ? 1 : 2;
+      if (n->n_in <= wi || n->in[wi].ndim < 1 || !n->in[wi].sizes[0]) return 0;
+      const tpu_operand_t* wide = transposed ? &n->in[fwd ? 0 : 1] : fwd ? &n->out[0] : &n->in[0];
+      return (fwd ? 1 : 2) * numel_of(wide) * numel_of(&n->in[wi]) / (double)n->in[wi].sizes[0];
+    }
+    case TPU_KIND_SDPA: case TPU_KIND_SDPA_BACKWARD: { /* q [..., Tq, E], k [..., Tk, E] */
+      int qi = n->kind == TPU_KIND_SDPA ? 0 : 1;
+      if (n->n_in <= qi + 1 || n->in[qi + 1].ndim < 2) return 0;
+      double passes = n->kind == TPU_KIND_SDPA ? 2 : 5;
+      return passes * numel_of(&n->in[qi]) * (double)n->in[qi + 1].sizes[n->in[qi + 1].ndim - 2];
+    }
+    default: return 0;
+  }
+}
+
+/* TORCHTPU_GRAPH_CUT_MACS: a GEMM-class op cuts the pending graph before it once the
+ * graph holds that many multiply-adds of GEMM-class ops (0: never), so the queue thread
+ * starts on a model's forward while Python records the rest of it instead of waiting for
+ * loop detection in the backward pass. Fusion is lost only for an elementwise chain whose
+ * ops lie on both sides of the product. */
+static double graph_cut_macs(void) {
+  if (cut_macs < 0) {
+    const char* e = getenv("TORCHTPU_GRAPH_CUT_MACS");
+    double v = e && *e ? atof(e) : 8e6; /* 16 MFLOP */
+    cut_macs = v > 0 ? v : 0;
+  }
+  return cut_macs;
+}
+
 static int graph_max_nodes(void) {
   if (!max_nodes) {
     const char* e = getenv("TORCHTPU_GRAPH_MAX_NODES");
@@ -273,6 +322,7 @@ static tpu_status_t push_node(pending_t* p, tpu_node_t* n) {
   p->nodes[m] = n;
   p->shape_h[m] = sh;
   p->n++;
+  p->work += node_macs(n);
   if (n->site) p->last_site = m;
   p->flow = mix(p->flow, flow_hash(p, m, sh));
   p->shape_chain = mix(p->shape_chain, sh);
@@ -299,6 +349,7 @@ static tpu_status_t push_node(pending_t* p, tpu_node_t* n) {
 /* Restarts the pending graph with nodes[from..n) (after a cut of the prefix). */
 static tpu_status_t restart_with(pending_t* p, tpu_node_t** rest, int count) {
   p->n = 0;
+  p->work = 0;
   p->flow = 0;
   p->shape_chain = 0;
   p->window = 0;
@@ -320,6 +371,8 @@ tpu_status_t tpu__graph_append(int device, tpu_node_t* n) {
   pending_t* p = &pend[device];
   appending = true;
   tpu_status_t st = p->cut_due ? flush_locked(device, SAME_AS_PREVIOUS, p->n) : NULL;
+  if (!st && p->n && graph_cut_macs() && p->work >= graph_cut_macs() && node_macs(n) > 0)
+    st = flush_locked(device, GEMM_CUT, p->n);
   if (!st) st = push_node(p, n);
   if (st) { appending = false; pthread_mutex_unlock(&graph_mu); tpu__node_free(n); return st; }
   if (p->period && p->run >= p->period) {
