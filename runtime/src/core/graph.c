@@ -178,11 +178,7 @@ tpu_status_t tpu_set_eager_mode(tpu_eager_mode_t mode) {
 tpu_eager_mode_t tpu_get_eager_mode(void) { return (tpu_eager_mode_t)atomic_load(&tpu__eager_mode); }
 
 /* ---- append and cut --------------------------------------------------------------------- */
-static double numel_of(const tpu_operand_t* op) {
-  double e = 1;
-  for (int d = 0; d < op->ndim; ++d) e *= (double)op->sizes[d];
-  return e;
-}
+static double numel_of(const tpu_operand_t* op) { return (double)tpu__operand_numel(op); }
 
 /* Multiply-adds of a GEMM-class node (products, convolutions, attention), 0 for others:
  * the work that makes it worth starting a graph before all of a step is recorded. */
