@@ -63,6 +63,22 @@ def test_ties_accept_another_correct_answer_only():
                                     torch.float32)
 
 
+def test_cpu_error_recheck_accepts_only_results_as_close_as_cpus():
+    """A float result that differs from CPU's passes the re-check only when it is no further
+    from the wider (float64) result than twice CPU's own result is, plus atol."""
+    wide = torch.linspace(-1, 1, 64, dtype=torch.float64)
+    cpu = (wide + 1e-4).float()  # CPU's own float32 result: 1e-4 off
+    near = (wide - 1.5e-4).float()  # 1.5e-4 off: within 2 x 1e-4 + atol (1e-5)
+    far = (wide + 5e-4).float()  # 5e-4 off
+    ok, errs = oi._within_cpu_error([near], [cpu], [wide], "x", torch.float32)
+    assert ok and errs[0] == pytest.approx(1.5e-4, rel=0.05) and errs[1] == pytest.approx(1e-4, rel=0.05)
+    assert not oi._within_cpu_error([far], [cpu], [wide], "x", torch.float32)[0]
+    nan_wide = wide.clone()
+    nan_wide[3] = float("nan")
+    assert not oi._within_cpu_error([near], [cpu], [nan_wide], "x", torch.float32)[0]  # NaN must agree
+    assert not oi._within_cpu_error([near, near], [cpu], [wide], "x", torch.float32)[0]  # structure
+
+
 def test_out_tensors_start_equal_on_both_devices():
     """An op that leaves out= unwritten everywhere (ATen's 1-D fft.ihfftn) compares equal;
     one whose tpu kernel skipped the write would not (NaN against a value)."""
