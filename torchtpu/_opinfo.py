@@ -601,8 +601,8 @@ def run_sample(op, op_key, dtype, variant, s, shape_only=False, budget=None, out
         elif m.kind == "value" and _valid_up_to_ties(op_key, s, variant, actual, expected, dtype):
             rec.update(status=ok_status, kind="ties",
                        reason=f"equal elements in another order than CPU's, a correct answer ({m})")
-        elif wider == "cpu_error":
-            rec.update(status=ok_status, kind="cpu_error",
+        elif wider == "within_cpu_error":
+            rec.update(status=ok_status, kind="within_cpu_error",
                        reason=f"largest error against CPU's result one precision up: tpu {errs[0]:.3g}, "
                               f"CPU's own {dtype} result {errs[1]:.3g} ({m})")
         else:
@@ -713,7 +713,9 @@ def _within_cpu_error(actual, expected, wide, op_key, dtype):
     atol = tol_for(op_key, dtype)["atol"]
     worst = [0.0, 0.0]
     for a, e, r in zip(a_ts, e_ts, w_ts):
-        if not r.is_floating_point():
+        if not (r.is_floating_point() or r.is_complex()):  # indices, counts: CPU's exactly
+            if not torch.equal(a.detach().cpu(), e):
+                return False, None
             continue
         a, e = a.detach().cpu().to(r.dtype), e.detach().to(r.dtype)
         if a.shape != r.shape or e.shape != r.shape:
@@ -731,12 +733,10 @@ def _within_cpu_error(actual, expected, wide, op_key, dtype):
 
 def _wider_recheck(op, s, variant, actual, expected, cpu_gouts, op_key, dtype):
     """For a float sample whose result differs from CPU's, (kind, errors): kind
-    "wider_reference" where it is
-    within the dtype's tolerance of the same op (or its gradients) computed on CPU one
-    precision up and rounded to the dtype, "cpu_error" where it is at least no further
-    from that wider result than twice CPU's own result is (_within_cpu_error; errors: the
-    largest of each), else None.
-    CPU's kernels for a dtype differ between machines: without AVX512-BF16, CPU's bf16
+    "wider_reference" where it is within the dtype's tolerance of the same op (or its
+    gradients) computed on CPU one precision up and rounded to the dtype, "within_cpu_error" where
+    it is at least no further from that wider result than twice CPU's own result is
+    (_within_cpu_error; errors: the largest of each), else None. CPU's kernels for a dtype differ between machines: without AVX512-BF16, CPU's bf16
     conv_transpose3d accumulates in bf16 (on an AVX2 EPYC it differed from the float32
     result by one bf16 step at 323, the tpu result, which accumulates in float32, by under
     half a step), and its float32 GEMM and convolution backward sum in another order. Used
@@ -759,7 +759,7 @@ def _wider_recheck(op, s, variant, actual, expected, cpu_gouts, op_key, dtype):
         pass
     try:
         ok, errs = _within_cpu_error(actual, expected, wide, op_key, dtype)
-        return ("cpu_error", errs) if ok else (None, None)
+        return ("within_cpu_error", errs) if ok else (None, None)
     except Exception:  # noqa: BLE001  (results this check does not cover)
         return None, None
 

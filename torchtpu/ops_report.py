@@ -606,7 +606,7 @@ def render(results_path, doc_path, sample_desc, models=True):
         totals[dt][st] += 1
         if st in oi.PASS:
             path[op][st] += 1
-            judged[r["kind"]] += r["kind"] in ("wider_reference", "cpu_error", "ties")
+            judged[r["kind"]] += r["kind"] in ("wider_reference", "within_cpu_error", "ties")
         for k, v in r.get("fallback", {}).items():
             fb_ops[op][k] += 1
             fb_where[op].add(f"{var}/{SHORT[dt]}")
@@ -646,7 +646,7 @@ def render(results_path, doc_path, sample_desc, models=True):
       f"rounded to the dtype ({judged['wider_reference']} samples: CPU's low-precision "
       "kernels round intermediates), or, failing that, if its largest error against that "
       "wider result is at most twice CPU's own plus the dtype's atol, as the model "
-      f"validation's float64 re-check ({judged['cpu_error']} samples: sums in another "
+      f"validation's float64 re-check ({judged['within_cpu_error']} samples: sums in another "
       "order, where CPU's result is no closer to the exact one); sort, argsort, topk and msort, whose indices PyTorch "
       "defines only up to the order of equal elements, pass with another correct answer "
       f"({judged['ties']} samples: values equal, indices distinct and pointing at them, "

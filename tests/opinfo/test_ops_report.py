@@ -77,6 +77,9 @@ def test_cpu_error_recheck_accepts_only_results_as_close_as_cpus():
     nan_wide[3] = float("nan")
     assert not oi._within_cpu_error([near], [cpu], [nan_wide], "x", torch.float32)[0]  # NaN must agree
     assert not oi._within_cpu_error([near, near], [cpu], [wide], "x", torch.float32)[0]  # structure
+    idx = torch.arange(4)  # non-float results (indices) must equal CPU's exactly
+    assert oi._within_cpu_error([near, idx], [cpu, idx], [wide, idx], "x", torch.float32)[0]
+    assert not oi._within_cpu_error([near, idx.flip(0)], [cpu, idx], [wide, idx], "x", torch.float32)[0]
 
 
 def test_out_tensors_start_equal_on_both_devices():
