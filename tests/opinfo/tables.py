@@ -81,8 +81,6 @@ EXPECTED_FAILURES = {
     ('nn.functional.linear_cross_entropy.chunked_none', 'bfloat16', 'grad'): ('value: out[0]: max abs err 0.0273, max rel err 0.164 (torch.bfloat16, 24 elements)', (43, 71)),
     ('nn.functional.linear_cross_entropy.chunked_none', 'float16', 'grad'): ('value: out[0]: max abs err 0.0117, max rel err 0.0239 (torch.float16, 24 elements)', (43, 57, 60, 71)),
     ('nn.functional.linear_cross_entropy.chunked_none', 'float16', 'op'): ('value: out: max abs err 0.00781, max rel err 0.00357 (torch.float16, 8 elements)', (43, 60, 71)),
-    ('nn.functional.scaled_dot_product_attention', 'bfloat16', 'grad'): ('value: out[0]: max abs err 0.127, max rel err 2.27e+03 (torch.bfloat16, 384 elements)', (24,)),
-    ('nn.functional.scaled_dot_product_attention', 'float16', 'grad'): ('value: out[0]: max abs err 0.0312, max rel err 2.38e+23 (torch.float16, 384 elements)', (24,)),
     ('sparse.mm.reduce', 'bfloat16', 'grad'): ("exception: NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the", (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
     ('sparse.mm.reduce', 'bfloat16', 'op'): ("exception: NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the", (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),
     ('sparse.mm.reduce', 'float16', 'grad'): ("exception: NotImplementedError: Could not run 'aten::_sparse_mm_reduce_impl' with arguments from the 'SparseCsrtpu' backend. This could be because the", (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)),

@@ -1110,6 +1110,8 @@ static bool attn_kernel_enabled(void) {
   }                                                                                            \
   /* Row loops between the GEMMs of one head: split across the pool above the work          \
    * threshold (when the heads themselves do not already run in a region). */               \
+  /* op NULL (ds_rows): rowsum(dO * O) from P and dP instead, as rowsum(dP * P): an O      \
+   * rounded to bf16/f16 would put its rounding into every dq and dk element. */            \
   typedef struct sm_ctx_##SFX##_s {                                                            \
     T* sc; T* lse; int64_t S; T* dp; const T* gop; const T* op; int64_t ldgo, ldo, Ev;         \
   } sm_ctx_##SFX;                                                                              \
@@ -1159,9 +1161,10 @@ static bool attn_kernel_enabled(void) {
     sm_ctx_##SFX* C = arg;                                                                     \
     int64_t S = C->S;                                                                          \
     for (int64_t i = ib; i < ie; ++i) {                                                        \
-      T di = dot_##SFX(C->gop + i * C->ldgo, C->op + i * C->ldo, C->Ev);                       \
       T* dp = C->dp + i * S;                                                                   \
       const T* p = C->sc + i * S;                                                              \
+      T di = C->op ? dot_##SFX(C->gop + i * C->ldgo, C->op + i * C->ldo, C->Ev)                \
+                   : dot_##SFX(p, dp, S);                                                      \
       for (int64_t j = 0; j < S; ++j) dp[j] = p[j] * (dp[j] - di);                             \
     }                                                                                          \
     return NULL;                                                                               \
@@ -1331,7 +1334,8 @@ static bool attn_kernel_enabled(void) {
     const T* kp = hm_at_##SFX(&X->k, b, hk);                                                   \
     const T* vp = hm_at_##SFX(&X->v, b, hk);                                                   \
     const T* gop = hm_at_##SFX(&X->go, b, h);                                                  \
-    const T* op = hm_at_##SFX(&X->o, b, h);                                                    \
+    /* O narrower than the compute dtype: the row terms come from P and dP (sm_ctx) */      \
+    const T* op = X->n->in[5].dtype == CDT ? hm_at_##SFX(&X->o, b, h) : NULL;                  \
     T* dvp = hm_at_##SFX(&X->dv, b, hk);                                                       \
     T* dkp = hm_at_##SFX(&X->dk, b, hk);                                                       \
     if (X->n->ia[0] && !db && !(X->bias && present(X->bias))) {                                \
@@ -1344,7 +1348,7 @@ static bool attn_kernel_enabled(void) {
         gemm_##SFX(false, true, m, c, d->E, scale, qb, X->q.ld, kp, X->k.ld, 0, p, c);         \
         for (int64_t i = 0; i < m; ++i)                                                        \
           for (int64_t j = i0 + i + 1; j < c; ++j) p[i * c + j] = -(T)INFINITY;                \
-        sm_ctx_##SFX C = {p, X->lse + bh * d->L + i0, c, dp, gb, op + i0 * X->o.ld, X->go.ld, X->o.ld, d->Ev}; \
+        sm_ctx_##SFX C = {p, X->lse + bh * d->L + i0, c, dp, gb, op ? op + i0 * X->o.ld : NULL, X->go.ld, X->o.ld, d->Ev}; \
         attn_rows_##SFX(m, c, p_rows_##SFX, &C);                                               \
         gemm_##SFX(true, false, c, d->Ev, m, 1, p, c, gb, X->go.ld, 1, dvp, X->dv.ld);         \
         gemm_##SFX(false, true, m, c, d->Ev, 1, gb, X->go.ld, vp, X->v.ld, 0, dp, c);          \
@@ -1362,7 +1366,8 @@ static bool attn_kernel_enabled(void) {
     gemm_##SFX(false, true, d->L, d->S, d->Ev, 1, gop, X->go.ld, vp, X->v.ld, 0, dp, d->S);    \
     if (db) {                                                                                  \
       for (int64_t i = 0; i < d->L; ++i) {                                                     \
-        T di = dot_##SFX(gop + i * X->go.ld, op + i * X->o.ld, d->Ev);                         \
+        T di = op ? dot_##SFX(gop + i * X->go.ld, op + i * X->o.ld, d->Ev)                     \
+                  : dot_##SFX(p + i * d->S, dp + i * d->S, d->S);                              \
         for (int64_t j = 0; j < d->S; ++j) {                                                   \
           T ds = p[i * d->S + j] * (dp[i * d->S + j] - di);                                    \
           dp[i * d->S + j] = ds;                                                               \
