@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 from torch.utils._pytree import tree_map
 
+from . import _tolerances
+
 ROOT = Path(__file__).resolve().parents[1]
 DEV = "tpu"
 
@@ -723,11 +725,10 @@ def _within_cpu_error(actual, expected, wide, op_key, dtype):
         fin = r.isfinite()
         if not torch.equal(a[~fin].nan_to_num(), r[~fin].nan_to_num()) or not a[fin].isfinite().all():
             return False, None
-        if fin.any():
-            et, ec = (a[fin] - r[fin]).abs().max().item(), (e[fin] - r[fin]).abs().max().item()
-            worst = [max(worst[0], et), max(worst[1], ec)]
-            if et > 2 * ec + atol:
-                return False, None
+        et, ec = _tolerances.max_error(a[fin], r[fin]), _tolerances.max_error(e[fin], r[fin])
+        worst = [max(worst[0], et), max(worst[1], ec)]
+        if not _tolerances.within_cpu_error(et, ec, atol):
+            return False, None
     return True, worst
 
 

@@ -29,6 +29,19 @@ def assert_close(actual, expected, dtype=None, **override):
     torch.testing.assert_close(actual.cpu(), expected, **kw)
 
 
+def max_error(x, ref):
+    """Largest |x - ref|, computed in float64; a NaN or infinite difference counts as 0
+    (callers that care about non-finite elements compare those themselves)."""
+    return float((x.double() - ref.double()).abs().nan_to_num(0, 0, 0).max()) if x.numel() else 0.0
+
+
+def within_cpu_error(tpu_err, cpu_err, atol):
+    """The float64 re-check's rule (model validation and OpInfo): a result whose error
+    against a more exact reference is at most twice CPU's own result's, plus atol, is as
+    correct as CPU's."""
+    return tpu_err <= 2 * cpu_err + atol
+
+
 # Per-op overrides, only where truly needed, each with its reason:
 # {(op, dtype): (dict(atol=..., rtol=...), "reason")}. `op` is an OpInfo key (see
 # tests/opinfo/tables.py) or a test's own op name.

@@ -669,12 +669,12 @@ def _judge_forward(tpu_out, ref64, cpu_runs):
             continue
         if r is None or c is None or r.shape != t.shape or not t.is_floating_point():
             return False, sized, compared, worst_tpu, worst_cpu
-        et = float((t.double() - r).abs().nan_to_num(0, 0, 0).max())
-        ec = max(float((run[path].double() - r).abs().nan_to_num(0, 0, 0).max())
+        et = _tolerances.max_error(t, r)
+        ec = max(_tolerances.max_error(run[path], r)
                  for run in cpu_runs if path in run and run[path].shape == r.shape)
         worst_tpu, worst_cpu = max(worst_tpu, et), max(worst_cpu, ec)
         compared += 1
-        if et > 2 * ec + tol(c.dtype)[0]:
+        if not _tolerances.within_cpu_error(et, ec, tol(c.dtype)[0]):
             return False, sized, compared, worst_tpu, worst_cpu
     return True, sized, compared, worst_tpu, worst_cpu
 
@@ -892,13 +892,13 @@ def _judge_step(tpu_out, ref64, cpu_runs, tpu_ref=None):
         atol = tol(c.dtype)[0]
         if path.startswith("grad.") and c.numel():
             atol *= max(1.0, float(c.double().abs().nan_to_num(0, 0, 0).max()))
-        et = float((t.double() - rt).abs().nan_to_num(0, 0, 0).max())
-        ec = max(float((run[path].double() - r).abs().nan_to_num(0, 0, 0).max())
+        et = _tolerances.max_error(t, rt)
+        ec = max(_tolerances.max_error(run[path], r)
                  for run in cpu_runs if path in run and run[path].shape == r.shape)
         bound = 2 * ec + atol
         if et / bound > worst[0]:
             worst = (et / bound, path, et, ec)
-        if et > bound or bool((t.isnan() != rt.isnan()).any()):
+        if not _tolerances.within_cpu_error(et, ec, atol) or bool((t.isnan() != rt.isnan()).any()):
             ok = False
     return ok, worst
 
