@@ -1110,8 +1110,12 @@ static bool attn_kernel_enabled(void) {
   }                                                                                            \
   /* Row loops between the GEMMs of one head: split across the pool above the work          \
    * threshold (when the heads themselves do not already run in a region). */               \
-  /* op NULL (ds_rows): rowsum(dO * O) from P and dP instead, as rowsum(dP * P): an O      \
-   * rounded to bf16/f16 would put its rounding into every dq and dk element. */            \
+  /* A row's rowsum(dO * O); where o is NULL, rowsum(dP * P) (equal in exact arithmetic):  \
+   * an O rounded to bf16/f16 would put its rounding into every dq and dk element. */       \
+  static inline T row_term_##SFX(const T* go, const T* o, int64_t Ev, const T* p, const T* dp, \
+                                 int64_t S) {                                                  \
+    return o ? dot_##SFX(go, o, Ev) : dot_##SFX(p, dp, S);                                     \
+  }                                                                                            \
   typedef struct sm_ctx_##SFX##_s {                                                            \
     T* sc; T* lse; int64_t S; T* dp; const T* gop; const T* op; int64_t ldgo, ldo, Ev;         \
   } sm_ctx_##SFX;                                                                              \
@@ -1163,8 +1167,7 @@ static bool attn_kernel_enabled(void) {
     for (int64_t i = ib; i < ie; ++i) {                                                        \
       T* dp = C->dp + i * S;                                                                   \
       const T* p = C->sc + i * S;                                                              \
-      T di = C->op ? dot_##SFX(C->gop + i * C->ldgo, C->op + i * C->ldo, C->Ev)                \
-                   : dot_##SFX(p, dp, S);                                                      \
+      T di = row_term_##SFX(C->gop + i * C->ldgo, C->op ? C->op + i * C->ldo : NULL, C->Ev, p, dp, S); \
       for (int64_t j = 0; j < S; ++j) dp[j] = p[j] * (dp[j] - di);                             \
     }                                                                                          \
     return NULL;                                                                               \
@@ -1366,8 +1369,8 @@ static bool attn_kernel_enabled(void) {
     gemm_##SFX(false, true, d->L, d->S, d->Ev, 1, gop, X->go.ld, vp, X->v.ld, 0, dp, d->S);    \
     if (db) {                                                                                  \
       for (int64_t i = 0; i < d->L; ++i) {                                                     \
-        T di = op ? dot_##SFX(gop + i * X->go.ld, op + i * X->o.ld, d->Ev)                     \
-                  : dot_##SFX(p + i * d->S, dp + i * d->S, d->S);                              \
+        T di = row_term_##SFX(gop + i * X->go.ld, op ? op + i * X->o.ld : NULL, d->Ev,          \
+                              p + i * d->S, dp + i * d->S, d->S);                              \
         for (int64_t j = 0; j < d->S; ++j) {                                                   \
           T ds = p[i * d->S + j] * (dp[i * d->S + j] - di);                                    \
           dp[i * d->S + j] = ds;                                                               \
