@@ -341,7 +341,8 @@ def test_binary_special_values(dtype, own_ops_native):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_precision_scalars(dtype, own_ops_native):
-    """CPU casts number operands to the f16/bf16 result dtype before computing."""
+    """CPU casts number operands to the f16/bf16 result dtype before computing (mul and
+    div excepted: they read a second-operand number in float; see test_bitwise_as_cpu)."""
     x = torch.tensor([0.1, 3.0, 1000.0, 2049.0, -0.3], dtype=dtype)
     for s in [0.1, 3.0001, 0.1001, 2049, -0.3]:
         for fn in [torch.eq, torch.lt, torch.add, torch.mul, torch.sub, torch.div, torch.maximum
@@ -351,6 +352,59 @@ def test_half_precision_scalars(dtype, own_ops_native):
         check(lambda t: torch.lerp(t, t * 2, s), x)
         check(lambda t: torch.clamp(t, s, s + 1), x)
         check(lambda t: torch.add(t, t, alpha=s), x)
+
+
+def _inplace(foreach_op, t, *args):
+    out = [t.clone()]
+    foreach_op(out, *args)
+    return out[0]
+
+
+# Ops whose CPU kernels fix the rounding (one fma, a float scalar, a rounded square), so
+# tpu can and does give the same bits; tolerances would hide a formula that differs in the
+# last place for a fifth of the elements (a + alpha * b rounded twice, lerp's weight form).
+BITWISE = [
+    ("add_alpha", lambda a, b, c: torch.add(a, b, alpha=0.37)),
+    ("sub_alpha", lambda a, b, c: torch.sub(a, b, alpha=0.37)),
+    ("rsub_alpha", lambda a, b, c: torch.rsub(a, b, alpha=0.37)),
+    ("add_inplace", lambda a, b, c: a.clone().add_(b, alpha=-0.01)),
+    ("mul_scalar", lambda a, b, c: a * 0.3),
+    ("mul_cpu_scalar_tensor", lambda a, b, c: torch.mul(a, torch.tensor(3.14))),
+    ("div_scalar", lambda a, b, c: a / 0.3),
+    ("div_trunc_scalar", lambda a, b, c: torch.div(a, 0.3, rounding_mode="trunc")),
+    ("div_floor_scalar", lambda a, b, c: torch.div(a, 0.3, rounding_mode="floor")),
+    ("floor_divide_scalar", lambda a, b, c: a // 0.3),
+    ("addcmul", lambda a, b, c: torch.addcmul(a, b, c, value=0.37)),
+    ("addcdiv", lambda a, b, c: torch.addcdiv(a, b, c, value=0.37)),
+    ("lerp_scalar", lambda a, b, c: torch.lerp(a, b, 0.37)),
+    ("lerp_scalar_large", lambda a, b, c: torch.lerp(a, b, 0.8)),
+    ("lerp_tensor", lambda a, b, c: torch.lerp(a, b, c.abs() / (1 + c.abs()))),
+    ("pow_2", lambda a, b, c: a ** 2),
+    ("pow_3", lambda a, b, c: a ** 3),
+    ("pow_m2", lambda a, b, c: c ** -2),
+    ("foreach_mul", lambda a, b, c: torch._foreach_mul([a], 0.9)[0]),
+    ("foreach_mul_inplace", lambda a, b, c: _inplace(torch._foreach_mul_, a, 0.9)),
+    ("foreach_mul_inplace_list", lambda a, b, c: _inplace(torch._foreach_mul_, a, [0.9])),
+    ("deg2rad", lambda a, b, c: torch.deg2rad(a)),
+    ("rad2deg", lambda a, b, c: torch.rad2deg(a)),
+]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name,fn", BITWISE, ids=[b[0] for b in BITWISE])
+def test_bitwise_as_cpu(name, fn, dtype, own_ops_native):
+    """Same bits as CPU: CPU's add and lerp fuse a multiply-add (vec::fmadd), addcmul is
+    compiled with contraction, addcdiv divides last, mul/div keep a number in float for
+    f16/bf16 where add rounds alpha to the dtype, and bf16 x**3 rounds x*x first."""
+    g = torch.Generator().manual_seed(7)
+    # A multiple of CPU's vector width: its scalar tail loop (the last n % 32 f16/bf16
+    # elements) computes add's alpha * b in Half arithmetic, rounding the product first.
+    a, b, c = (torch.randn(4096, generator=g).to(dtype) for _ in range(3))
+    c = c.abs() + 0.5  # divisor of addcdiv
+    want = fn(a, b, c)
+    got = fn(*(t.to(DEV) for t in (a, b, c))).cpu()
+    diff = (want != got) & ~(want.isnan() & got.isnan())
+    assert not diff.any(), f"{name} {dtype}: {int(diff.sum())} of {want.numel()} elements differ"
 
 
 @pytest.mark.parametrize("fn", [_div_floor, _div_trunc, torch.remainder, torch.fmod,

@@ -73,10 +73,7 @@ TIE_OPS = {
 # pass are an error only on this class
 EXPECTED_FAILURES_MACHINE = 'AVX512+bf16'
 EXPECTED_FAILURES = {
-    ('addcdiv', 'float16', 'grad'): ('value: out[2]: max abs err 0.25, max rel err 0.00131 (torch.float16, 25 elements)', (1,)),
-    ('addcmul', 'float16', 'grad'): ('value: out[1]: max abs err 0.0312, max rel err 0.00383 (torch.float16, 25 elements)', (5, 11)),
     ('cdist', 'float32', 'grad'): ('value: out[0]: max abs err 8.01e-05, max rel err 4.14e-05 (torch.float32, 50 elements)', (16,)),
-    ('ldexp', 'float16', 'grad'): ('value: out[1]: max abs err 4, max rel err 0.00585 (torch.float16, 50 elements)', (6, 7)),
     ('narrow_copy', 'float32', 'error'): ('wrong_exception: tpu IndexError: Dimension out of range (expected to be in range of [-3, 2], but got 3); CPU RuntimeError', (1,)),
     ('nn.functional.linear_cross_entropy.chunked_none', 'bfloat16', 'grad'): ('value: out[0]: max abs err 0.0273, max rel err 0.164 (torch.bfloat16, 24 elements)', (43, 71)),
     ('nn.functional.linear_cross_entropy.chunked_none', 'float16', 'grad'): ('value: out[0]: max abs err 0.0117, max rel err 0.0239 (torch.float16, 24 elements)', (43, 57, 60, 71)),

@@ -17,6 +17,9 @@ enum {
   EW_INTONLY = 16,     /* floating results: NotImplementedError (bitwise ops) */
   EW_OPTIONAL = 32,    /* operands may be None (clamp); absent ones add no input */
   EW_SCALAR_OPMATH = 64, /* number operands stay in compute precision (not cast to f16/bf16) */
+  EW_SCALAR2_OPMATH = 128, /* ... only a number as the second operand: CPU's mul and div
+                            * kernels read it unrounded (x * 0.3 multiplies by 0.3f), where
+                            * add and the rest cast it to the tensor's dtype first */
 };
 
 /* ia[] slot holding the op's result dtype: kernels round f16/bf16 results through it
@@ -169,7 +172,10 @@ static tpu_status_t build_ew(tpu_build_t* b) {
   /* ... and half-precision ones round to it (f16 0.1 == 0.1 holds on CPU). */
   if ((common == TPU_DTYPE_F16 || common == TPU_DTYPE_BF16) && !(flags & EW_SCALAR_OPMATH))
     for (int j = 0; j < n->n_in; ++j)
-      if (n->in[j].is_scalar) n->in[j].scalar_d = round_half(n->in[j].scalar_d, common);
+      if (n->in[j].is_scalar && !(j == 1 && (flags & EW_SCALAR2_OPMATH)))
+        n->in[j].scalar_d = round_half(n->in[j].scalar_d, common);
+      else if (n->in[j].is_scalar)
+        n->in[j].scalar_d = (float)n->in[j].scalar_d; /* opmath_t: float */
   tpu_dtype_t out_dt = (flags & EW_CMP) ? TPU_DTYPE_BOOL : common;
   n->ia[EW_IA_RESULT] = out_dt;
   if (tpu__node_add_output(n, out_dt, nd, shape) < 0)
@@ -193,7 +199,15 @@ static tpu_status_t factor_param(tpu_build_t* b, int k, int i, tpu_dtype_t commo
   return NULL;
 }
 
-static tpu_status_t p_add(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) { return factor_param(b, 0, 2, *c, "alpha"); }
+/* add/sub's alpha, which CPU's kernels cast to a half-precision result dtype (where
+ * mul and div keep their number operand in float: EW_SCALAR2_OPMATH). */
+static tpu_status_t alpha_param(tpu_build_t* b, tpu_dtype_t common) {
+  TPU_RETURN_IF_ERROR(factor_param(b, 0, 2, common, "alpha"));
+  if (common == TPU_DTYPE_F16 || common == TPU_DTYPE_BF16) b->node->da[0] = round_half(b->node->da[0], common);
+  return NULL;
+}
+
+static tpu_status_t p_add(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) { return alpha_param(b, *c); }
 
 static tpu_status_t p_sub(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
   const tpu_arg_t *x = tpu__arg(b, 0), *y = tpu__arg(b, 1);
@@ -205,7 +219,7 @@ static tpu_status_t p_sub(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
     return tpu__err(b, TPU_UNIMPLEMENTED, "Subtraction, the `-` operator, with a bool tensor is not "
                     "supported. If you are trying to invert a mask, use the `~` or `logical_not()` "
                     "operator instead.");
-  return factor_param(b, 0, 2, *c, "alpha");
+  return alpha_param(b, *c);
 }
 
 static tpu_status_t p_neg(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
@@ -446,15 +460,11 @@ static tpu_status_t p_splus_bw(tpu_build_t* b, tpu_dtype_t* c, int* f, int prese
 static tpu_status_t p_logit_bw(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) { return param(b, 0, 2, -1.0); }
 
 static tpu_status_t p_deg2rad(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
-  tpu_dtype_t r = tpu_dtype_is_floating(*c) ? *c : tpu__default_float();
-  double k = 3.14159265358979323846 / 180.0;
-  b->node->da[0] = r == TPU_DTYPE_F16 || r == TPU_DTYPE_BF16 ? round_half(k, r) : k;
+  b->node->da[0] = 3.14159265358979323846 / 180.0; /* ATen multiplies by it as mul does: unrounded for f16/bf16 */
   return NULL;
 }
 static tpu_status_t p_rad2deg(tpu_build_t* b, tpu_dtype_t* c, int* f, int present) {
-  tpu_dtype_t r = tpu_dtype_is_floating(*c) ? *c : tpu__default_float();
-  double k = 180.0 / 3.14159265358979323846;
-  b->node->da[0] = r == TPU_DTYPE_F16 || r == TPU_DTYPE_BF16 ? round_half(k, r) : k;
+  b->node->da[0] = 180.0 / 3.14159265358979323846; /* ATen multiplies by it as mul does: unrounded for f16/bf16 */
   return NULL;
 }
 
@@ -576,9 +586,10 @@ static tpu_status_t build_zero(tpu_build_t* b) {
 DEF(d_add, ADD, OPS2, 0, 0, p_add, NULL)
 DEF(d_sub, SUB, OPS2, 0, 0, p_sub, NULL)
 DEF(d_rsub, EW_RSUB, OPS2, 0, 0, p_sub, NULL)
-DEF(d_mul, MUL, OPS2, 0, 0, NULL, NULL)
-DEF(d_div, DIV, OPS2, 0, EW_FLOAT, NULL, NULL)
-DEF(d_div_mode, DIV, OPS2, 0, 0, p_div_mode, "div_floor_cpu")
+DEF(d_mul, MUL, OPS2, 0, EW_SCALAR2_OPMATH, NULL, NULL)
+DEF(d_mul_rounded, MUL, OPS2, 0, 0, NULL, NULL) /* the element op of _foreach_mul_ with numbers */
+DEF(d_div, DIV, OPS2, 0, EW_FLOAT | EW_SCALAR2_OPMATH, NULL, NULL)
+DEF(d_div_mode, DIV, OPS2, 0, EW_SCALAR2_OPMATH, p_div_mode, "div_floor_cpu")
 DEF(d_eq, EQ, OPS2, 0, EW_CMP, NULL, NULL)
 DEF(d_ne, NE, OPS2, 0, EW_CMP, NULL, NULL)
 DEF(d_lt, LT, OPS2, 0, EW_CMP, NULL, NULL)
@@ -649,7 +660,7 @@ DEF(d_fmin, EW_FMIN, OPS2, 0, 0, NULL, NULL)
 DEF(d_atan2, EW_ATAN2, OPS2, 0, EW_FLOAT, NULL, NULL)
 DEF(d_remainder, EW_REMAINDER, OPS2, 0, EW_NOBOOL, NULL, "remainder_cpu")
 DEF(d_fmod, EW_FMOD, OPS2, 0, EW_NOBOOL, NULL, "fmod_cpu")
-DEF(d_floor_divide, EW_DIV_FLOOR, OPS2, 0, EW_NOBOOL, NULL, "div_floor_cpu")
+DEF(d_floor_divide, EW_DIV_FLOOR, OPS2, 0, EW_NOBOOL | EW_SCALAR2_OPMATH, NULL, "div_floor_cpu")
 DEF(d_bitwise_and, EW_BITWISE_AND, OPS2, 0, EW_INTONLY, NULL, "bitwise_and_cpu")
 DEF(d_bitwise_or, EW_BITWISE_OR, OPS2, 0, EW_INTONLY, NULL, "bitwise_or_cpu")
 DEF(d_bitwise_xor, EW_BITWISE_XOR, OPS2, 0, EW_INTONLY, NULL, "bitwise_xor_cpu")
@@ -709,6 +720,7 @@ const tpu_aten_entry_t tpu__aten_elementwise[] = {
     FORMS3("add", "Tensor", "out", d_add), FORMS3("add", "Scalar", "Scalar_out", d_add),
     FORMS3("sub", "Tensor", "out", d_sub), FORMS3("sub", "Scalar", "Scalar_out", d_sub),
     FORMS3("mul", "Tensor", "out", d_mul), FORMS3("mul", "Scalar", "Scalar_out", d_mul),
+    E("tpu::foreach_mul_scalar_", d_mul_rounded), /* not an ATen name: registers nothing */
     FORMS3("div", "Tensor", "out", d_div), FORMS3("div", "Scalar", "Scalar_out", d_div),
     FORMS3("div", "Tensor_mode", "out_mode", d_div_mode), FORMS3("div", "Scalar_mode", "Scalar_mode_out", d_div_mode),
     E("rsub.Tensor", d_rsub), E("rsub.Scalar", d_rsub), E("rsub.Tensor_out", d_rsub), E("rsub.Scalar_out", d_rsub),

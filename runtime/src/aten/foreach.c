@@ -58,7 +58,12 @@ const tpu_aten_entry_t tpu__aten_foreach[] = {
     UNARY(reciprocal), UNARY(round), UNARY(rsqrt), UNARY(sigmoid), UNARY(sign), UNARY(sin),
     UNARY(sinh), UNARY(sqrt), UNARY(tan), UNARY(tanh), UNARY(trunc),
     E("zero_", "zero_"),
-    ARITH(add), ARITH(sub), ARITH(mul), ARITH(div),
+    ARITH(add), ARITH(sub), ARITH(div),
+    /* CPU's in-place _foreach_mul_ with numbers casts them to an f16/bf16 list's dtype
+     * (SGD's momentum buffers, Adam's second moments), unlike mul_ and _foreach_mul */
+    E("mul.Scalar", "mul.Scalar"), E("mul.ScalarList", "mul.Scalar"), E("mul.List", "mul.Tensor"),
+    E("mul_.Scalar", "tpu::foreach_mul_scalar_"), E("mul_.ScalarList", "tpu::foreach_mul_scalar_"),
+    E("mul_.List", "mul_.Tensor"),
     /* a single Tensor other (a 0-dim tensor, e.g. clip_grad_norm_'s clip coefficient) */
     E("add.Tensor", "add.Tensor"), E("add_.Tensor", "add_.Tensor"),
     E("mul.Tensor", "mul.Tensor"), E("mul_.Tensor", "mul_.Tensor"),

@@ -195,10 +195,16 @@ static inline double gelu_tanh_grad_d(double x) {
 #define GELU_TANH_GRAD(x) _Generic((x), float: tpu__vgelu_tanh_gradf, default: gelu_tanh_grad_d)(x)
 #define RND(a) nearbyint(a)
 
+/* x * y + z with one rounding in T, where CPU's kernel fuses it (vec::fmadd, or a
+ * contracted expression): the f32 clones make it vfmadd, the f64 loops call fma(). */
+#define FMA_T(x, y, z) _Generic((x), float: __builtin_fmaf, default: __builtin_fma)((x), (y), (z))
+
 /* ---- existing arithmetic and comparisons -------------------------------------------- */
-TILE_FIS(add, 2, a + p0 * b, UADD(a, UMUL(p0, b)))
-TILE_FIS(sub, 2, a - p0 * b, USUB(a, UMUL(p0, b)))
-TILE_FIS(rsub, 2, b - p0 * a, USUB(b, UMUL(p0, a)))
+/* a + alpha * b rounds once, as CPU's add kernel (vec::fmadd; sub and rsub add -alpha).
+ * With alpha 1 that is a + b. */
+TILE_FIS(add, 2, FMA_T(p0, b, a), UADD(a, UMUL(p0, b)))
+TILE_FIS(sub, 2, FMA_T(-p0, b, a), USUB(a, UMUL(p0, b)))
+TILE_FIS(rsub, 2, FMA_T(-p0, a, b), USUB(b, UMUL(p0, a)))
 TILE_FIS(mul, 2, a * b, UMUL(a, b))
 TILE_FI(div, 2, a / b, idiv_trunc(a, b))
 TILE_FI(eq, 2, a == b, a == b)
@@ -282,6 +288,16 @@ TILE_FIS(threshold, 1, a <= p0 ? p1 : a, a <= p0 ? p1 : a)
     const T* B = in[1];                                                                    \
     if (nd->in[1].is_scalar) {                                                             \
       T e = (T)nd->in[1].scalar_d;                                                         \
+      tpu_dtype_t res = (tpu_dtype_t)nd->ia[EW_IA_RESULT];                                 \
+      if (sizeof(T) == 4 && res == TPU_DTYPE_BF16 && (e == 3 || e == -2)) {                \
+        /* ATen's bf16 shortcut runs in BFloat16 vector arithmetic, which rounds x * x     \
+         * before the next step (its f16 path calls pow, one rounding) */                  \
+        for (int64_t i = 0; i < n; ++i) r[i] = A[i] * A[i];                                \
+        tpu__round_f32_run((float*)r, n, res);                                             \
+        if (e == 3) for (int64_t i = 0; i < n; ++i) r[i] *= A[i];                          \
+        else for (int64_t i = 0; i < n; ++i) r[i] = (T)1 / r[i];                           \
+        return;                                                                            \
+      }                                                                                    \
       if (e == 2) { for (int64_t i = 0; i < n; ++i) r[i] = A[i] * A[i]; return; }          \
       if (e == 3) { for (int64_t i = 0; i < n; ++i) r[i] = A[i] * A[i] * A[i]; return; }   \
       if (e == (T)0.5) { for (int64_t i = 0; i < n; ++i) r[i] = sqrt(A[i]); return; }      \
@@ -316,8 +332,10 @@ TILE_FS(copysign, 2, copysign(a, b))
 TILE_F(xlogy, 2, b != b ? b : a == 0 ? (T)0 : a * log(b))
 
 /* ---- ternary ---------------------------------------------------------------------------- */
-TILE_FIS(addcmul, 3, a + p0 * b * c, UADD(a, UMUL(p0, UMUL(b, c))))
-TILE_F(addcdiv, 3, a + p0 * (b / c))
+/* CPU's kernels: addcmul is compiled with contraction, one rounding for the product's
+ * last step and the add (x + v * y * z -> fma(v * y, z, x)); addcdiv divides last. */
+TILE_FIS(addcmul, 3, FMA_T(p0 * b, c, a), UADD(a, UMUL(UMUL(p0, b), c)))
+TILE_F(addcdiv, 3, a + p0 * b / c)
 /* addr: beta * a + alpha * b * c (p1 beta, p0 alpha); beta == 0 ignores a, NaN included,
  * as CPU's kernel. With an f16/bf16 result each product and the sum round to it, as that
  * kernel's Half/BFloat16 arithmetic does: cancellation makes the difference visible. */
@@ -351,7 +369,9 @@ static void addr_f32(int64_t n, void* o, const void* const* in, const tpu_node_t
     tpu__round_f32_run(r + i0, m, res);
   }
 }
-TILE_FS(lerp, 3, fabs(c) < (T)0.5 ? a + c * (b - a) : b - (b - a) * ((T)1 - c))
+/* CPU's lerp_vec: fma(w, end - start, start) for |w| < 0.5, else
+ * fma(w - 1, end - start, end). */
+TILE_FS(lerp, 3, fabs(c) < (T)0.5 ? FMA_T(c, b - a, a) : FMA_T(c - (T)1, b - a, b))
 
 /* clamp: in[1] and in[2] are the bounds that were given (ia[1] has min, ia[2] has max),
  * each a tile or, when the node has a scalar there, that value (as every tile function
