@@ -16,7 +16,7 @@ if os.environ.get("TORCHTPU_METADATA_ONLY") != "1":
         CppExtension(
             "torchtpu._C",
             sources=[os.path.join("torchtpu", "csrc", f)
-                     for f in ("device.cpp", "ops.cpp", "module.cpp", "site.cpp")],
+                     for f in ("device.cpp", "ops.cpp", "module.cpp", "site.cpp", "sparse.cpp")],
             include_dirs=[os.path.join(RUNTIME, "include")],
             extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
             depends=[os.path.join(RUNTIME, "build", "libtpurt.a")],  # relink when it changes

@@ -79,6 +79,11 @@ void cpu_fallback_boxed(const c10::OperatorHandle& op, std::vector<c10::IValue>*
 // op and e.g. the dtype) is part of the error when the fallback is disabled.
 void cpu_fallback_with_reason(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack,
                               const std::string& why);
+// Sparse tensors (sparse.cpp): whether a call has one among its arguments, and the CPU
+// fallback's runner for such calls (members to the host, the op at its sparse CPU
+// kernel, results and written arguments back).
+bool has_sparse_arg(const c10::OperatorHandle& op, const std::vector<c10::IValue>& stack);
+void sparse_cpu_fallback(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack);
 std::vector<std::pair<std::string, int64_t>> fallback_counts();
 void set_fallback_mode(const std::string& mode);  // "allow" | "warn" | "error"
 std::string fallback_mode();

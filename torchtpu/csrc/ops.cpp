@@ -268,7 +268,7 @@ void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, con
     TORCH_CHECK(false, name, ": unsupported operation: more than one element of the written-to tensor "
                 "refers to a single memory location. Please clone() the tensor before performing the operation.");
   auto against = [&](const at::Tensor& in) {
-    if (!in.defined() || (in.is_same(w) && may_alias)) return;
+    if (!in.defined() || (in.is_same(w) && may_alias) || in.layout() != at::kStrided) return;
     auto st = at::get_overlap_status(w, in);
     TORCH_CHECK(st != at::MemOverlapStatus::Partial && (may_alias || st != at::MemOverlapStatus::Full), name,
                 ": unsupported operation: some elements of the input tensor and the written-to tensor refer to "
@@ -515,13 +515,15 @@ void cpu_fallback_with_reason(const c10::OperatorHandle& op, torch::jit::Stack* 
     bool may_alias = !(tpu_aten_overlap_rule(s.name().c_str()) & TPU_OVERLAP_NO_FULL_ALIAS);
     for (size_t i = 0; i < s.arguments().size(); ++i) {
       const auto& a = s.arguments()[i];
-      if (a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() && args[i].toTensor().defined())
+      if (a.alias_info() && a.alias_info()->isWrite() && args[i].isTensor() && args[i].toTensor().defined() &&
+          args[i].toTensor().layout() == at::kStrided)  // sparse members are written whole
         check_overlap(s.name(), a.is_out() ? args.slice(0, i) : args, args[i].toTensor(), may_alias,
                       a.is_out() ? -1 : static_cast<int>(i));
     }
   }
   auto t0 = std::chrono::steady_clock::now();
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
+  if (has_sparse_arg(op, *stack)) sparse_cpu_fallback(op, stack);
+  else at::native::cpu_fallback(op, stack, /*error_on_views=*/true);
   if (site.active) {
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     tpu_trace_fallback(name.c_str(), us);
