@@ -1,5 +1,5 @@
-"""Model benchmarks from the examples, tpu vs CPU eager (and Inductor CPU when it compiles
-quickly): GPT training / prefill / decode tokens/s at d=512 and d=1024, images/s of the
+"""Model benchmarks from the examples, tpu vs CPU eager (and, with --compile, torch.compile:
+Inductor on CPU and backend="tpu"): GPT training / prefill / decode tokens/s at d=512 and d=1024, images/s of the
 example CNN and of torchvision's ResNet-18 (eager only: batch 16 at 128x128, SGD), first-step and steady-state step time, peak device memory, MFU against the FMA peak.
 
 `--peak FLOPS` is the machine's all-core f32 peak (from bench/machine.py) for MFU."""
@@ -37,10 +37,17 @@ def step_times(model, opt, batches, loss_fn, dev, steps):
     return times
 
 
+def compiled_or_eager(model, dev, compiled):
+    """torch.compile with Inductor on CPU, with torchtpu's backend on tpu."""
+    if not compiled:
+        return model
+    return torch.compile(model, backend="tpu" if dev == "tpu" else "inductor")
+
+
 def gpt_run(cfg, dev, compiled=False, dtype=torch.float32):
     model = train_gpt.make_model(d=cfg["d"], heads=cfg["heads"], layers=cfg["layers"], ctx=cfg["ctx"])
     model = model.to(dev, dtype)
-    fwd = torch.compile(model) if compiled else model
+    fwd = compiled_or_eager(model, dev, compiled)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     batches = train_gpt.make_batches(cfg["batch"], cfg["ctx"])
     if dev == "tpu":
@@ -78,7 +85,7 @@ def gpt_run(cfg, dev, compiled=False, dtype=torch.float32):
 def cnn_times(dev, steps, batch=64, compiled=False):
     """Step times of a fresh CNN and optimizer (the first includes its warm-up)."""
     model = train_cnn.make_model().to(dev)
-    fwd = torch.compile(model) if compiled else model
+    fwd = compiled_or_eager(model, dev, compiled)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     return step_times(fwd, opt, lambda s: train_cnn.batches(s, batch), F.cross_entropy, dev, steps)
 
@@ -88,7 +95,7 @@ def resnet_times(dev, steps, batch=16, compiled=False):
     128x128 images, SGD with momentum."""
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=100).to(dev)
-    fwd = torch.compile(model) if compiled else model
+    fwd = compiled_or_eager(model, dev, compiled)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x, y = torch.randn(batch, 3, 128, 128), torch.randint(0, 100, (batch,))
     return step_times(fwd, opt, lambda s: (x, y), F.cross_entropy, dev, steps)
@@ -119,21 +126,26 @@ def cnn_rows(devs, times_fn=cnn_times, model="CNN (train_cnn.py, batch 64, 16x16
     return rows
 
 
+LABELS = {("tpu", False): "tpu", ("cpu", False): "cpu", ("tpu", True): "tpu (compiled)",
+          ("cpu", True): "cpu (inductor)"}
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--compile", action="store_true", help="Inductor CPU only")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile only: Inductor on CPU and backend=\"tpu\"")
     ap.add_argument("--cnn-only", action="store_true", help="only the CNN rows (tpu and CPU eager)")
     ap.add_argument("--gpt-dtype", choices=["float32", "bfloat16"], default="float32",
                     help="the GPT models' parameters and activations (the CNN stays float32); "
                          "MFU is still against the f32 peak")
     a = ap.parse_args()
     rows = []
-    devs = [("cpu", True)] if a.compile else [("tpu", False), ("cpu", False)]
+    devs = [("tpu", True), ("cpu", True)] if a.compile else [("tpu", False), ("cpu", False)]
     dtype = getattr(torch, a.gpt_dtype)
     for cfg in [] if a.cnn_only else GPT_CONFIGS:
         name = cfg["name"] + ("" if dtype == torch.float32 else f" {a.gpt_dtype}")
         for dev, comp in devs:
-            label = "cpu (inductor)" if comp else dev
+            label = LABELS[dev, comp]
             progress(f"{name} on {label}")
             t0 = time.perf_counter()
             r = gpt_run(cfg, dev, comp, dtype)
@@ -141,7 +153,7 @@ def main():
                      config={k: cfg[k] for k in ("d", "heads", "layers", "ctx", "batch", "steps")})
             progress(f"  train {r['train_tokens_s']:.0f} tok/s, steady {r['steady_step_s']:.2f} s/step")
             rows.append(r)
-    rows += cnn_rows([(dev, comp, "cpu (inductor)" if comp else dev) for dev, comp in devs])
+    rows += cnn_rows([(dev, comp, LABELS[dev, comp]) for dev, comp in devs])
     if not a.compile:
         rows += cnn_rows([(dev, False, dev) for dev, _ in devs], resnet_times,
                          "ResNet-18 (torchvision, batch 16, 128x128)", rounds=2, steps=6, batch=16)

@@ -11,6 +11,7 @@ import os
 TPU, CPU = "#1f77b4", "#ff7f0e"
 # the report's device names in the models table -> legend names and colors
 DEVICES = {"tpu": ("tpu", TPU), "cpu": ("PyTorch CPU eager", CPU),
+           "tpu (compiled)": ("torch.compile, backend \"tpu\"", "#17becf"),
            "cpu (inductor)": ("torch.compile, Inductor (CPU)", "#2ca02c"),
            "cpu (pytorch/xla)": ("PyTorch/XLA (PJRT_DEVICE=CPU)", "#7f7f7f")}
 
