@@ -108,3 +108,36 @@ def test_sparse_op_with_fallback_disabled_names_the_op():
     torchtpu.set_fallback("error")
     with pytest.raises(NotImplementedError, match="add.Tensor"):
         st + st
+
+
+@pytest.mark.parametrize("opt", ["sgd", "sparse_adam"])
+def test_sparse_embedding_training_matches_cpu(opt):
+    """nn.Embedding(sparse=True) gives sparse COO gradients; SGD and SparseAdam step with
+    them on tpu as on CPU."""
+    out = []
+    for dev in ["cpu", "tpu"]:
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 4, sparse=True).to(dev)
+        o = (torch.optim.SGD(emb.parameters(), lr=0.1) if opt == "sgd"
+             else torch.optim.SparseAdam(emb.parameters(), lr=0.1))
+        for _ in range(3):
+            idx = torch.tensor([[1, 2, 4], [4, 3, 9]], device=dev)
+            loss = emb(idx).pow(2).sum()
+            o.zero_grad()
+            loss.backward()
+            assert emb.weight.grad.layout == torch.sparse_coo
+            o.step()
+        out.append(emb.weight.detach().cpu())
+    torch.testing.assert_close(out[1], out[0])
+
+
+def test_sparse_constructors_on_tpu():
+    i = torch.tensor([[0, 1, 1], [2, 0, 2]], device="tpu")
+    v = torch.tensor([3.0, 4.0, 5.0], device="tpu")
+    s = torch.sparse_coo_tensor(i, v, (2, 3))
+    assert s.device.type == "tpu" and "nnz=3" in repr(s)
+    same(s.to_dense(), torch.sparse_coo_tensor(i.cpu(), v.cpu(), (2, 3)).to_dense())
+    c = torch.sparse_csr_tensor(torch.tensor([0, 2, 4]), torch.tensor([0, 1, 0, 1]),
+                                torch.tensor([1.0, 2.0, 3.0, 4.0]), device="tpu")
+    assert c.crow_indices().device.type == "tpu"
+    torch.testing.assert_close(c.to_dense().cpu(), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
