@@ -170,12 +170,14 @@ static tpu_status_t build_ew(tpu_build_t* b) {
     for (int j = 0; j < n->n_in; ++j)
       if (n->in[j].is_scalar) n->in[j].scalar_i = wrap_int(n->in[j].scalar_i, common);
   /* ... and half-precision ones round to it (f16 0.1 == 0.1 holds on CPU). */
-  if ((common == TPU_DTYPE_F16 || common == TPU_DTYPE_BF16) && !(flags & EW_SCALAR_OPMATH))
-    for (int j = 0; j < n->n_in; ++j)
-      if (n->in[j].is_scalar && !(j == 1 && (flags & EW_SCALAR2_OPMATH)))
-        n->in[j].scalar_d = round_half(n->in[j].scalar_d, common);
-      else if (n->in[j].is_scalar)
-        n->in[j].scalar_d = (float)n->in[j].scalar_d; /* opmath_t: float */
+  if ((common == TPU_DTYPE_F16 || common == TPU_DTYPE_BF16) && !(flags & EW_SCALAR_OPMATH)) {
+    for (int j = 0; j < n->n_in; ++j) {
+      if (!n->in[j].is_scalar) continue;
+      bool opmath = j == 1 && (flags & EW_SCALAR2_OPMATH);
+      n->in[j].scalar_d = opmath ? (float)n->in[j].scalar_d /* opmath_t: float */
+                                 : round_half(n->in[j].scalar_d, common);
+    }
+  }
   tpu_dtype_t out_dt = (flags & EW_CMP) ? TPU_DTYPE_BOOL : common;
   n->ia[EW_IA_RESULT] = out_dt;
   if (tpu__node_add_output(n, out_dt, nd, shape) < 0)
