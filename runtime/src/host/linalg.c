@@ -438,6 +438,39 @@ typedef struct i2c_s {
     for (int64_t x = xb; x < inner; ++x)                                                        \
       for (int64_t o = oa; o < ob - 1; ++o) (cl)[o * inner + x] = 0;                            \
   } while (0)
+/* For outputs of at most I2C_TABLE_MAX (kernel offset, position) pairs that the flat
+ * path below does not take (strided convolutions of small images: 3x3 at stride 2 onto
+ * 4x4 to 16x16 outputs), tab[k * npos + q] = the offset in a channel plane that kernel
+ * offset k reads for output position q, or -1 in the padding. One table serves every
+ * channel and image, so a row is one gather loop; col2im adds in the same order as the
+ * line-by-line path (offset, then position). The line-by-line path spent a fifth of
+ * 16x256x8x8 -> 512x4x4 stride 2 on per-line bounds for lines of 4 elements. */
+#define I2C_TABLE_MAX 4096
+static void i2c_table(const conv_geom_t* g, int32_t* tab) {
+  int nd = g->nd;
+  int64_t kv[3] = {0, 0, 0};
+  for (int64_t k = 0; k < g->kk; ++k) {
+    if (k > 0)
+      for (int d = nd - 1; d >= 0; --d) {
+        if (++kv[d] < g->k[d]) break;
+        kv[d] = 0;
+      }
+    int64_t ov[3] = {0, 0, 0};
+    for (int64_t q = 0; q < g->npos; ++q) {
+      if (q > 0)
+        for (int d = nd - 1; d >= 0; --d) {
+          if (++ov[d] < g->pos[d]) break;
+          ov[d] = 0;
+        }
+      int64_t off = 0;
+      for (int d = 0; d < nd && off >= 0; ++d) {
+        int64_t iv = ov[d] * g->s[d] - g->p[d] + kv[d] * g->d[d];
+        off = iv < 0 || iv >= g->img[d] ? -1 : off * g->img[d] + iv;
+      }
+      tab[k * g->npos + q] = (int32_t)off;
+    }
+  }
+}
 #define I2C_ROWS(T, SFX, ACC)                                                                   \
   TPU_ISA_CLONES static void i2c_rows_##SFX(const i2c_t* ic, int64_t cb, int64_t ce) {         \
     const conv_geom_t* g = ic->g;                                                               \
@@ -446,6 +479,25 @@ typedef struct i2c_s {
     int64_t inner = g->pos[ld], outer = g->npos / (inner ? inner : 1);                          \
     int64_t sw = g->s[ld], W = g->img[ld];                                                      \
     bool flat = nd == 2 && g->s[0] == 1 && sw == 1 && inner == W;                               \
+    if (!flat && g->kk * g->npos <= I2C_TABLE_MAX && g->nimg <= INT32_MAX) {                    \
+      /* small outputs (strided): one table of plane offsets serves every channel */         \
+      int32_t tab[I2C_TABLE_MAX];                                                               \
+      i2c_table(g, tab);                                                                        \
+      for (int64_t ch = cb; ch < ce; ++ch) {                                                    \
+        T* plane = img + ch * g->nimg;                                                          \
+        for (int64_t k = 0; k < g->kk; ++k) {                                                   \
+          T* cl = col + (ch * g->kk + k) * ic->ld;                                              \
+          const int32_t* t = tab + k * g->npos;                                                 \
+          if (ic->add) {                                                                        \
+            for (int64_t q = 0; q < g->npos; ++q)                                               \
+              if (t[q] >= 0) ACC(plane[t[q]], cl[q]);                                           \
+          } else {                                                                              \
+            for (int64_t q = 0; q < g->npos; ++q) cl[q] = t[q] >= 0 ? plane[t[q]] : (T)0;       \
+          }                                                                                     \
+        }                                                                                       \
+      }                                                                                         \
+      return;                                                                                   \
+    }                                                                                           \
     int64_t c = cb, kv[3] = {0, 0, 0}; /* row r = (channel c, kernel offset kv) */           \
     for (int64_t r = cb * g->kk; r < ce * g->kk; ++r) {                                         \
       if (r > cb * g->kk) { /* next offset, odometer-wise (no divisions per row) */           \
@@ -589,6 +641,7 @@ static bool conv_dims_fit(const conv_geom_t* g, int64_t a, int64_t b) {
  * the result does not depend on how many threads ran them. */
 #define CONV_BLOCK_COLS 1024                 /* target GEMM width of a block */
 #define CONV_TILE_COLS 64                    /* the f32/bf16 GEMM kernels' column tile */
+#define CONV_MIN_BLOCK_COLS 128              /* narrowest block batching may leave */
 #define CONV_COL_BYTES (4 << 20)             /* cap on one block's im2col matrix */
 #define CONV_MAX_PARTS 16
 #define CONV_PARTIAL_BYTES ((int64_t)32 << 20) /* cap on the weight-gradient part sums */
@@ -615,13 +668,16 @@ static void conv_blocks(conv_t* c, bool need_gw, int64_t per_image_cols) {
    * of 488; 64x16x8x8 -> 32 backward 809 instead of 881; 14x14 images ran 25-40% slower
    * alone, on 196 of 256 lanes: their blocks stay). */
   int64_t nb = Lp >= CONV_BLOCK_COLS || Lp % CONV_TILE_COLS == 0 ? 1 : CONV_BLOCK_COLS / (Lp ? Lp : 1);
-  int64_t spread = (c->N + 7) / 8; /* leave at least 8 blocks where the batch allows */
+  int64_t spread = (c->N + 7) / 8; /* leave at least 8 blocks where the batch allows, */
+  int64_t min_nb = (CONV_MIN_BLOCK_COLS + Lp - 1) / (Lp ? Lp : 1); /* but none narrower */
+  if (spread < min_nb) spread = min_nb;
   int64_t fit = CONV_COL_BYTES / (int64_t)c->csz / (per_image_cols ? per_image_cols : 1);
   if (nb > spread) nb = spread;
   if (nb > fit) nb = fit;
   if (nb < 1) nb = 1;
-  c->nb = nb;
   c->nblocks = (c->N + nb - 1) / nb;
+  c->nb = (c->N + c->nblocks - 1) / c->nblocks; /* blocks of even width */
+  c->nblocks = (c->N + c->nb - 1) / c->nb;
   int64_t parts = c->nblocks;
   if (need_gw) {
     int64_t gw_bytes = (c->transposed ? c->Cin * c->Cout_g : c->Cout * c->Cin_g) * c->g.kk * (int64_t)c->csz;
