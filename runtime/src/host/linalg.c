@@ -562,7 +562,10 @@ static void i2c_table(const conv_geom_t* g, int32_t* tab) {
         for (int64_t x = 0; x < a; ++x) cl[x] = 0;                                              \
         if (sw == 1 && b - a >= 64) memcpy(cl + a, im + w0 + a, sizeof(T) * (size_t)(b - a));   \
         else if (sw == 1) for (int64_t x = a; x < b; ++x) cl[x] = im[w0 + x];                   \
-        else for (int64_t x = a; x < b; ++x) cl[x] = im[w0 + x * sw];                           \
+        else if (sw == 2) { /* a constant stride: the loads vectorize (even lanes of pairs) */ \
+          const T* restrict src = im + w0;                                                      \
+          for (int64_t x = a; x < b; ++x) cl[x] = src[2 * x];                                   \
+        } else for (int64_t x = a; x < b; ++x) cl[x] = im[w0 + x * sw];                         \
         for (int64_t x = b; x < inner; ++x) cl[x] = 0;                                          \
       }                                                                                         \
     }                                                                                           \
