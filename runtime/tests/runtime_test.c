@@ -173,8 +173,56 @@ static void test_scratch_reuse(void) {
 #endif
 }
 
+/* ATen's memory-overlap rules on views (tpu_aten_check_overlap). */
+static void test_overlap_rules(void) {
+  tpu_storage_t *s = NULL, *other = NULL;
+  CHECK_OK(tpu_storage_create(0, 64 * 4, &s));
+  CHECK_OK(tpu_storage_create(0, 64 * 4, &other));
+  int64_t n8[1] = {8};
+  tpu_view_t a = check_view(s, TPU_DTYPE_F32, 1, n8);      /* elements 0..7 */
+  tpu_view_t a2 = a;                                        /* the same window, another tensor */
+  tpu_view_t b = a; b.offset = 4;                           /* 4..11: partly over a */
+  tpu_view_t c = a; c.offset = 8;                           /* 8..15: beside a */
+  tpu_view_t d = check_view(other, TPU_DTYPE_F32, 1, n8);   /* another storage */
+  tpu_view_t ex = a; ex.strides[0] = 0;                     /* expanded: 8 elements, 1 place */
+  tpu_view_t rev = a; rev.ndim = 2; rev.sizes[0] = 2; rev.sizes[1] = 4; rev.strides[0] = 1; rev.strides[1] = 2;
+  const tpu_view_t* none[1] = {&d};
+  CHECK(tpu_aten_check_overlap("aten::add_", &a, none, 1, true, true) == NULL);
+  const tpu_view_t* beside[2] = {&c, &d};
+  CHECK(tpu_aten_check_overlap("aten::add.out", &a, beside, 2, false, false) == NULL);
+  const tpu_view_t* partly[1] = {&b};
+  tpu_status_t st = tpu_aten_check_overlap("aten::add.out", &a, partly, 1, false, true);
+  CHECK(st && tpu_status_code(st) == TPU_INVALID_ARGUMENT && strstr(tpu_status_message(st), "aten::add.out"));
+  tpu_status_free(st);
+  const tpu_view_t* same[1] = {&a2};   /* exactly equal: allowed only where the kernel may alias */
+  CHECK(tpu_aten_check_overlap("aten::add.out", &a, same, 1, false, true) == NULL);
+  st = tpu_aten_check_overlap("aten::index_select.out", &a, same, 1, false, false);
+  CHECK(st != NULL);
+  tpu_status_free(st);
+  const tpu_view_t* itself[1] = {&a}; /* the written tensor itself among the inputs */
+  CHECK(tpu_aten_check_overlap("aten::cat.out", &a, itself, 1, false, true) == NULL);
+  st = tpu_aten_check_overlap("aten::cat.out", &a, itself, 1, false, false);
+  CHECK(st != NULL);
+  tpu_status_free(st);
+  const tpu_view_t* permuted[1] = {&rev}; /* same bytes, other strides: partial */
+  st = tpu_aten_check_overlap("aten::add.out", &a, permuted, 1, false, true);
+  CHECK(st != NULL);
+  tpu_status_free(st);
+  /* an expanded written tensor: refused, except in place where ATen lets it (fill_) */
+  st = tpu_aten_check_overlap("aten::add_", &ex, none, 1, true, true);
+  CHECK(st && strstr(tpu_status_message(st), "more than one element"));
+  tpu_status_free(st);
+  CHECK(tpu_aten_check_overlap("aten::fill_", &ex, none, 1, true, true) == NULL);
+  st = tpu_aten_check_overlap("aten::fill_", &ex, none, 1, false, true); /* fill.out-like: no */
+  CHECK(st != NULL);
+  tpu_status_free(st);
+  tpu_storage_release(s);
+  tpu_storage_release(other);
+}
+
 int main(void) {
   setenv("TORCHTPU_HUGE_PAGES", "1", 1);
+  test_overlap_rules();
   test_status();
   test_promotion();
   test_storage_roundtrip();

@@ -7,7 +7,6 @@
 // small set of ops every PrivateUse1 backend must provide (allocation, views, copies,
 // resize, set_, item) and the counted CPU fallback.
 #include <ATen/EmptyTensor.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/SDPBackend.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/native/CPUFallback.h>
@@ -255,33 +254,34 @@ void OpKernel::convert(c10::ArrayRef<c10::IValue> args, c10::DeviceIndex dev, co
   }
 }
 
-// ATen's memory-overlap rules for a tensor w an op writes (TensorIterator's, and
-// assert_no_overlap in the kernels that gather or concatenate): w whose elements share
-// memory (an expanded tensor) is refused, as is w partly over an input; w exactly equal to
-// an input only where the kernel allows it (may_alias: tpu_node_may_alias_input). Without
-// these, kernels read what they already overwrote. args are the op's inputs, among them w
-// itself at position self (in-place forms; -1 for out=).
+// ATen's memory-overlap rules for a tensor w an op writes (libtpurt's
+// tpu_aten_check_overlap, on the views): w whose elements share memory (an expanded
+// tensor) is refused, as is w partly over an input; w exactly equal to an input only where
+// the kernel allows it (may_alias: tpu_node_may_alias_input). Without these, kernels read
+// what they already overwrote. args are the op's inputs, among them w itself at position
+// self (in-place forms; -1 for out=). Host and sparse tensors cannot overlap tpu memory.
 void check_overlap(const std::string& name, c10::ArrayRef<c10::IValue> args, const at::Tensor& w,
                    bool may_alias, int self) {
-  if (at::has_internal_overlap(w) == at::MemOverlap::Yes &&
-      !(self >= 0 && (tpu_aten_overlap_rule(name.c_str()) & TPU_OVERLAP_EXPANDED_WRITE_OK)))
-    TORCH_CHECK(false, name, ": unsupported operation: more than one element of the written-to tensor "
-                "refers to a single memory location. Please clone() the tensor before performing the operation.");
-  auto against = [&](const at::Tensor& in) {
-    if (!in.defined() || (in.is_same(w) && may_alias) || in.layout() != at::kStrided) return;
-    auto st = at::get_overlap_status(w, in);
-    TORCH_CHECK(st != at::MemOverlapStatus::Partial && (may_alias || st != at::MemOverlapStatus::Full), name,
-                ": unsupported operation: some elements of the input tensor and the written-to tensor refer to "
-                "a single memory location. Please clone() the tensor before performing the operation.");
+  if (w.layout() != at::kStrided || w.device().type() != kTpu) return;
+  const tpu_view_t wv = view_of(w);
+  c10::SmallVector<tpu_view_t, 8> views;
+  c10::SmallVector<bool, 8> is_w;  // the input is w itself (the same TensorImpl)
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined() || t.layout() != at::kStrided || t.device().type() != kTpu) return;
+    is_w.push_back(t.is_same(w));
+    views.push_back(is_w.back() ? wv : view_of(t));
   };
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& a = args[i];
     if (a.isTensor()) {
-      if (static_cast<int>(i) != self) against(a.toTensor());
+      if (static_cast<int>(i) != self) add(a.toTensor());
     } else if (a.isTensorList()) {
-      for (const auto& t : a.toTensorList()) against(t);
+      for (const auto& t : a.toTensorList()) add(t);
     }
   }
+  c10::SmallVector<const tpu_view_t*, 8> ins;
+  for (size_t i = 0; i < views.size(); ++i) ins.push_back(is_w[i] ? &wv : &views[i]);
+  check(tpu_aten_check_overlap(name.c_str(), &wv, ins.data(), static_cast<int>(ins.size()), self >= 0, may_alias));
 }
 
 void OpKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {

@@ -270,6 +270,17 @@ enum {
   TPU_OVERLAP_NO_FULL_ALIAS = 2,     /* no output equal to an input (take, kthvalue on CPU) */
 };
 int tpu_aten_overlap_rule(const char* schema_name);
+/* ATen's memory-overlap checks for a view w that op (a schema name, as above) writes,
+ * against the op's tensor inputs (TensorIterator's, and assert_no_overlap in the kernels
+ * that gather or concatenate). NULL, or an INVALID_ARGUMENT error with ATen's message:
+ * - w has internal overlap (stride 0 over a dim of size > 1), unless the write is in
+ *   place and tpu_aten_overlap_rule(op) allows expanded writes;
+ * - w lies partly over an input, or exactly over one while may_alias is false.
+ * ins[i] == w (the same pointer) marks an input that is the written tensor itself. Where
+ * ATen's own test gives up (views that are not non-overlapping and dense), nothing is
+ * refused, as in ATen. w itself as the in-place self is not among ins. */
+tpu_status_t tpu_aten_check_overlap(const char* op, const tpu_view_t* w, const tpu_view_t* const* ins,
+                                    int n_ins, bool in_place, bool may_alias);
 
 /* torch._foreach_* ops (optimizers, clip_grad_norm_). Each applies one table op, its
  * element op, at every position k of its list arguments: position k of each Tensor[] and

@@ -197,6 +197,65 @@ int tpu_aten_overlap_rule(const char* schema_name) {
   return 0;
 }
 
+/* ATen's is_non_overlapping_and_dense: ignoring dims of size < 2, the strides sorted
+ * ascending are a contiguous tensor's. */
+static bool non_overlapping_and_dense(const tpu_view_t* v) {
+  int perm[TPU_MAX_DIMS], m = 0;
+  for (int d = 0; d < v->ndim; ++d)
+    if (v->sizes[d] >= 2) perm[m++] = d;
+  for (int i = 1; i < m; ++i) { /* insertion sort by stride */
+    int p = perm[i], j = i;
+    for (; j > 0 && v->strides[perm[j - 1]] > v->strides[p]; --j) perm[j] = perm[j - 1];
+    perm[j] = p;
+  }
+  int64_t want = 1;
+  for (int i = 0; i < m; ++i) {
+    if (v->strides[perm[i]] != want) return false;
+    want *= v->sizes[perm[i]];
+  }
+  return true;
+}
+
+typedef enum { OVERLAP_NO, OVERLAP_FULL, OVERLAP_PARTIAL, OVERLAP_TOO_HARD } overlap_t;
+
+/* at::get_overlap_status(a, b); b == a means the same tensor. */
+static overlap_t overlap_status(const tpu_view_t* a, const tpu_view_t* b) {
+  if (a == b) return OVERLAP_FULL;
+  int64_t na = tpu_view_numel(a), nb = tpu_view_numel(b);
+  if (na == 0 || nb == 0) return OVERLAP_NO;
+  if (!non_overlapping_and_dense(a) || !non_overlapping_and_dense(b)) return OVERLAP_TOO_HARD;
+  if (!a->storage || a->storage != b->storage) return OVERLAP_NO;
+  int64_t ea = (int64_t)tpu_dtype_size(a->dtype), eb = (int64_t)tpu_dtype_size(b->dtype);
+  int64_t a0 = a->offset * ea, a1 = a0 + na * ea, b0 = b->offset * eb, b1 = b0 + nb * eb;
+  if (a0 == b0 && a1 == b1) {
+    bool same = a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; ++d) same = a->strides[d] == b->strides[d];
+    return same ? OVERLAP_FULL : OVERLAP_PARTIAL;
+  }
+  return a0 < b1 && b0 < a1 ? OVERLAP_PARTIAL : OVERLAP_NO;
+}
+
+tpu_status_t tpu_aten_check_overlap(const char* op, const tpu_view_t* w, const tpu_view_t* const* ins,
+                                    int n_ins, bool in_place, bool may_alias) {
+  if (!non_overlapping_and_dense(w) && !(in_place && (tpu_aten_overlap_rule(op) & TPU_OVERLAP_EXPANDED_WRITE_OK)))
+    for (int d = 0; d < w->ndim; ++d)
+      if (w->strides[d] == 0 && w->sizes[d] > 1)
+        return tpu_status_make(TPU_INVALID_ARGUMENT,
+                               "%s: unsupported operation: more than one element of the written-to tensor refers "
+                               "to a single memory location. Please clone() the tensor before performing the "
+                               "operation.", op);
+  for (int i = 0; i < n_ins; ++i) {
+    if (ins[i] == w && may_alias) continue;
+    overlap_t st = overlap_status(w, ins[i]);
+    if (st == OVERLAP_PARTIAL || (st == OVERLAP_FULL && !may_alias))
+      return tpu_status_make(TPU_INVALID_ARGUMENT,
+                             "%s: unsupported operation: some elements of the input tensor and the written-to "
+                             "tensor refer to a single memory location. Please clone() the tensor before "
+                             "performing the operation.", op);
+  }
+  return NULL;
+}
+
 const char* tpu_node_name(const tpu_node_t* n) { return tpu__node_describe(n); }
 
 const char* tpu__node_describe(const tpu_node_t* n) {
