@@ -216,6 +216,9 @@ static void test_overlap_rules(void) {
   st = tpu_aten_check_overlap("aten::fill_", &ex, none, 1, false, true); /* fill.out-like: no */
   CHECK(st != NULL);
   tpu_status_free(st);
+  /* an empty view is contiguous for ATen, whatever its strides (nonzero's out=) */
+  tpu_view_t empty = ex; empty.ndim = 2; empty.sizes[0] = 5; empty.sizes[1] = 0; empty.strides[0] = 0; empty.strides[1] = 1;
+  CHECK(tpu_aten_check_overlap("aten::nonzero", &empty, none, 1, false, true) == NULL);
   tpu_storage_release(s);
   tpu_storage_release(other);
 }

@@ -197,9 +197,10 @@ int tpu_aten_overlap_rule(const char* schema_name) {
   return 0;
 }
 
-/* ATen's is_non_overlapping_and_dense: ignoring dims of size < 2, the strides sorted
- * ascending are a contiguous tensor's. */
+/* ATen's is_non_overlapping_and_dense: empty (contiguous, for ATen), or, ignoring dims
+ * of size < 2, the strides sorted ascending are a contiguous tensor's. */
 static bool non_overlapping_and_dense(const tpu_view_t* v) {
+  if (tpu_view_numel(v) == 0) return true;
   int perm[TPU_MAX_DIMS], m = 0;
   for (int d = 0; d < v->ndim; ++d)
     if (v->sizes[d] >= 2) perm[m++] = d;
