@@ -9,7 +9,6 @@
 #include <ATen/NativeFunctions.h>
 #include <torch/library.h>
 
-#include <set>
 #include <string>
 
 #include "adapter.h"
@@ -112,16 +111,19 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, std::vector<c10::IValue>
   }
 }
 
-// Every other aten op with a kernel at `cpu_key` (SparseCPU / SparseCsrCPU) runs through
-// the CPU fallback, registered for it by name: ops that also have a composite kernel
-// (mm, addmm: CompositeExplicitAutogradNonFunctional) would otherwise take that kernel,
-// which allocates a sparse out= for a dense result, before any backend fallback.
-void route_to_host(torch::Library& m, c10::DispatchKey cpu_key, std::initializer_list<const char*> natives) {
-  std::set<std::string> skip(natives.begin(), natives.end());
-  for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNamesForDispatchKey(cpu_key)) {
+// Every other aten op with a kernel at `cpu_key` (SparseCPU / SparseCsrCPU) and none yet at
+// `own_key` (the natives registered just before) runs through the CPU fallback,
+// registered for it by name: ops that also have a composite kernel (mm, addmm:
+// CompositeExplicitAutogradNonFunctional) would otherwise take that kernel, which
+// allocates a sparse out= for a dense result, before any backend fallback.
+void route_to_host(torch::Library& m, c10::DispatchKey cpu_key, c10::DispatchKey own_key) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& op : dispatcher.getAllOpNamesForDispatchKey(cpu_key)) {
     if (op.name.rfind("aten::", 0) != 0) continue;
+    auto handle = dispatcher.findOp(op);
+    if (!handle || handle->hasKernelForDispatchKey(own_key)) continue;
     std::string name = op.name.substr(6) + (op.overload_name.empty() ? "" : "." + op.overload_name);
-    if (!skip.count(name)) m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_boxed>());
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_boxed>());
   }
 }
 
@@ -145,11 +147,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("copy_", at::native::copy_sparse_wrapper_);
   m.impl("copy_sparse_to_sparse_", at::native::copy_sparse_);
   m.impl("_copy_from_and_resize", copy_from_and_resize_sparse);
-  route_to_host(m, c10::DispatchKey::SparseCPU,
-                {"_sparse_coo_tensor_with_dims", "_sparse_coo_tensor_with_dims_and_tensors", "empty.memory_format",
-                 "sparse_dim", "dense_dim", "_dimI", "_dimV", "_nnz", "is_coalesced", "_coalesced_", "_indices",
-                 "_values", "indices", "values", "sparse_resize_", "sparse_resize_and_clear_", "copy_",
-                 "copy_sparse_to_sparse_", "_copy_from_and_resize"});
+  route_to_host(m, c10::DispatchKey::SparseCPU, c10::DispatchKey::SparsePrivateUse1);
 }
 
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
@@ -164,9 +162,7 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("row_indices", at::native::row_indices_sparse_csr);
   m.impl("copy_", at::native::copy_sparse_compressed_);
   m.impl("_copy_from_and_resize", copy_from_and_resize_sparse);
-  route_to_host(m, c10::DispatchKey::SparseCsrCPU,
-                {"empty.memory_format", "sparse_dim", "dense_dim", "_nnz", "values", "crow_indices", "col_indices",
-                 "ccol_indices", "row_indices", "copy_", "_copy_from_and_resize"});
+  route_to_host(m, c10::DispatchKey::SparseCsrCPU, c10::DispatchKey::SparseCsrPrivateUse1);
 }
 
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
