@@ -446,22 +446,21 @@ typedef struct i2c_s {
  * line-by-line path (offset, then position). The line-by-line path spent a fifth of
  * 16x256x8x8 -> 512x4x4 stride 2 on per-line bounds for lines of 4 elements. */
 #define I2C_TABLE_MAX 4096
+/* The next multi-index of idx[0..nd) in row-major order within sizes. */
+static void odometer_next(int64_t* idx, const int64_t* sizes, int nd) {
+  for (int d = nd - 1; d >= 0; --d) {
+    if (++idx[d] < sizes[d]) return;
+    idx[d] = 0;
+  }
+}
 static void i2c_table(const conv_geom_t* g, int32_t* tab) {
   int nd = g->nd;
   int64_t kv[3] = {0, 0, 0};
   for (int64_t k = 0; k < g->kk; ++k) {
-    if (k > 0)
-      for (int d = nd - 1; d >= 0; --d) {
-        if (++kv[d] < g->k[d]) break;
-        kv[d] = 0;
-      }
+    if (k > 0) odometer_next(kv, g->k, nd);
     int64_t ov[3] = {0, 0, 0};
     for (int64_t q = 0; q < g->npos; ++q) {
-      if (q > 0)
-        for (int d = nd - 1; d >= 0; --d) {
-          if (++ov[d] < g->pos[d]) break;
-          ov[d] = 0;
-        }
+      if (q > 0) odometer_next(ov, g->pos, nd);
       int64_t off = 0;
       for (int d = 0; d < nd && off >= 0; ++d) {
         int64_t iv = ov[d] * g->s[d] - g->p[d] + kv[d] * g->d[d];
@@ -1303,26 +1302,31 @@ static tpu_status_t conv_wino_gi(const conv_t* c) {
 TPU_ISA_CLONES static double plane_sum_f32(const float* p, int64_t n) { return tpu__v8_sum_f32(p, n); }
 TPU_ISA_CLONES static double plane_sum_f64(const double* p, int64_t n) { return tpu__v8_sum_f64(p, n); }
 
-/* gw[g][co][k] += the parts' transposed sums part[p][g][k][co], added in part order. */
-#define GW_UNTRANSPOSE(T, ADD)                                                              \
-  for (int64_t g = 0; g < c->groups; ++g)                                                   \
-    for (int64_t co = 0; co < Cg; ++co)                                                     \
-      for (int64_t k = 0; k < kc; ++k) {                                                    \
-        int64_t src = (g * kc + k) * Cg + co;                                               \
-        T sum = ((const T*)parts[0])[src];                                                  \
-        for (int64_t p = 1; p < c->parts; ++p) sum = ADD(sum, ((const T*)parts[p])[src]);   \
-        T* d = (T*)gw + (g * Cg + co) * kc + k;                                             \
-        *d = ADD(*d, sum);                                                                  \
-      }
+/* gw += the weight-gradient parts other than gw itself, in part order (so the result does
+ * not depend on the thread count); parts accumulated transposed (gw_t) hold [kc, Cout_g]
+ * per group and are all separate from gw. */
+#define GW_ADD_PARTS(T, ADD)                                                                \
+  for (int64_t p = c->gw_t ? 0 : 1; p < c->parts; ++p) {                                    \
+    const T* q = (const T*)parts[p];                                                        \
+    T* d = (T*)gw;                                                                          \
+    if (!c->gw_t) {                                                                         \
+      for (int64_t i = 0; i < n; ++i) d[i] = ADD(d[i], q[i]);                               \
+      continue;                                                                             \
+    }                                                                                       \
+    for (int64_t g = 0; g < c->groups; ++g)                                                 \
+      for (int64_t co = 0; co < Cg; ++co)                                                   \
+        for (int64_t k = 0; k < kc; ++k)                                                    \
+          d[(g * Cg + co) * kc + k] = ADD(d[(g * Cg + co) * kc + k], q[(g * kc + k) * Cg + co]); \
+  }
 #define GW_ADD(a, b) ((a) + (b))
 #define GW_WRAP(a, b) ((int64_t)((uint64_t)(a) + (uint64_t)(b)))
-static void conv_gw_untranspose(const conv_t* c, char* gw, char* const* parts) {
+static void conv_gw_add_parts(const conv_t* c, char* gw, char* const* parts, int64_t n) {
   int64_t Cg = c->Cout_g, kc = c->kc;
-  if (c->cd == TPU_DTYPE_F32) { GW_UNTRANSPOSE(float, GW_ADD) }
-  else if (c->cd == TPU_DTYPE_F64) { GW_UNTRANSPOSE(double, GW_ADD) }
-  else { GW_UNTRANSPOSE(int64_t, GW_WRAP) }
+  if (c->cd == TPU_DTYPE_F32) { GW_ADD_PARTS(float, GW_ADD) }
+  else if (c->cd == TPU_DTYPE_F64) { GW_ADD_PARTS(double, GW_ADD) }
+  else { GW_ADD_PARTS(int64_t, GW_WRAP) }
 }
-#undef GW_UNTRANSPOSE
+#undef GW_ADD_PARTS
 #undef GW_ADD
 #undef GW_WRAP
 
@@ -1373,12 +1377,7 @@ static tpu_status_t conv_bwd_kernel(tpu_node_t* n) {
   if (!st && gi_wino) st = conv_wino_gi(&c);
   if (!st && gw_wino) st = conv_wino_run(&c, false, (float*)gw);
   if (st) goto done;
-  if (c.need_gw && c.gw_t) conv_gw_untranspose(&c, gw, parts);
-  for (int64_t p = 1; c.need_gw && !c.gw_t && p < c.parts; ++p) {
-    if (cd == TPU_DTYPE_F32) { float *d = (float*)gw, *q = (float*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
-    else if (cd == TPU_DTYPE_F64) { double *d = (double*)gw, *q = (double*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] += q[i]; }
-    else { int64_t *d = (int64_t*)gw, *q = (int64_t*)parts[p]; for (int64_t i = 0; i < gw_n; ++i) d[i] = (int64_t)((uint64_t)d[i] + (uint64_t)q[i]); }
-  }
+  if (c.need_gw) conv_gw_add_parts(&c, gw, parts, gw_n);
   if (need_gb) {
     for (int64_t i = 0; i < c.N * Cout; ++i) {
       int64_t ch = i % Cout;
