@@ -31,24 +31,28 @@ bool is_tpu_tensor(const c10::IValue& v) {
 }
 
 // The argument on the host: a tpu tensor (sparse ones through their members, by
-// _to_copy), or a list of them; anything else as it is. A copy keeps requires_grad:
-// sparse kernels read it (the sparse mm reduce saves the argmax its backward reads only
-// when an input requires grad, and that backward crashes on the empty one).
-c10::IValue to_host(const c10::IValue& v) {
-  if (is_tpu_tensor(v)) {
-    at::Tensor h = v.toTensor().cpu();
-    if (v.toTensor().requires_grad() && !h.requires_grad()) h.requires_grad_(true);
+// _to_copy), or a list of them; anything else as it is. *device becomes the tpu device
+// seen. A copy keeps requires_grad: sparse kernels read it (the sparse mm reduce saves the
+// argmax its backward reads only when an input requires grad, and that backward crashes
+// on the empty one).
+c10::IValue to_host(const c10::IValue& v, std::optional<c10::Device>* device) {
+  auto host = [&](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+    *device = t.device();
+    at::Tensor h = t.cpu();
+    if (t.requires_grad() && !h.requires_grad()) h.requires_grad_(true);
     return h;
-  }
+  };
+  if (v.isTensor()) return host(v.toTensor());
   if (v.isTensorList()) {
     std::vector<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorVector()) out.push_back(t.defined() ? t.cpu() : t);
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(host(t));
     return out;
   }
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> out;
     for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-      out.push_back(t && t->defined() ? std::optional<at::Tensor>(t->cpu()) : t);
+      out.push_back(t ? std::optional<at::Tensor>(host(*t)) : t);
     return out;
   }
   return v;
@@ -73,36 +77,31 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, std::vector<c10::IValue>
   const size_t n_args = schema.arguments().size();
   std::vector<c10::IValue> orig(stack->end() - n_args, stack->end());
   std::optional<c10::Device> device;
-  for (const c10::IValue& v : orig) {
-    if (is_tpu_tensor(v)) { device = v.toTensor().device(); break; }
-    if (v.isTensorList())
-      for (const at::Tensor& t : v.toTensorVector())
-        if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) { device = t.device(); break; }
-    if (device) break;
-  }
-  TORCH_INTERNAL_ASSERT(device, schema.name(), ": sparse CPU fallback without a tpu argument");
   torch::jit::drop(*stack, n_args);
-  for (const c10::IValue& v : orig) stack->push_back(to_host(v));
+  for (const c10::IValue& v : orig) stack->push_back(to_host(v, &device));
+  TORCH_INTERNAL_ASSERT(device, schema.name(), ": sparse CPU fallback without a tpu argument");
   std::vector<c10::IValue> host(stack->end() - n_args, stack->end());
   op.callBoxed(stack);
   // written arguments (in-place, out=) take the host result; a return aliasing one is it
+  // (`written`: the written argument a return's alias set names, or -1)
+  auto written = [&](const c10::AliasInfo* alias) -> int {
+    for (size_t i = 0; alias && alias->isWrite() && i < n_args; ++i) {
+      const auto* a = schema.arguments()[i].alias_info();
+      if (a && a->isWrite() && a->beforeSets() == alias->beforeSets()) return static_cast<int>(i);
+    }
+    return -1;
+  };
   for (size_t i = 0; i < n_args; ++i) {
-    const auto* alias = schema.arguments()[i].alias_info();
-    if (alias && alias->isWrite() && is_tpu_tensor(orig[i]))
+    const auto* a = schema.arguments()[i].alias_info();
+    if (a && a->isWrite() && is_tpu_tensor(orig[i]))
       at::_copy_from_and_resize(host[i].toTensor(), orig[i].toTensor());
   }
   const size_t n_ret = schema.returns().size();
   for (size_t r = 0; r < n_ret; ++r) {
     c10::IValue& v = (*stack)[stack->size() - n_ret + r];
-    const auto* alias = schema.returns()[r].alias_info();
-    bool done = false;
-    if (alias && alias->isWrite())
-      for (size_t i = 0; i < n_args && !done; ++i) {
-        const auto* a = schema.arguments()[i].alias_info();
-        if (a && a->isWrite() && a->beforeSets() == alias->beforeSets()) { v = orig[i]; done = true; }
-      }
-    if (done) continue;
-    if (v.isTensor() && v.toTensor().defined()) v = v.toTensor().to(*device);
+    int w = written(schema.returns()[r].alias_info());
+    if (w >= 0) v = orig[w];
+    else if (v.isTensor() && v.toTensor().defined()) v = v.toTensor().to(*device);
     else if (v.isTensorList()) {
       std::vector<at::Tensor> out;
       for (const at::Tensor& t : v.toTensorVector()) out.push_back(t.defined() ? t.to(*device) : t);
